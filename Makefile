@@ -1,0 +1,33 @@
+# Each target sets up what it needs: a fresh clone runs `make demo` or `make test` directly.
+PYTHON ?= python3
+VENV ?= .venv
+# The pinned torch: on these machines pip takes the local CPU wheel; on a GPU machine the
+# same pin resolves to the CUDA build from the default package index. Override freely,
+# e.g. make TORCH_SPEC="torch==2.13.0+cu128 --extra-index-url <your torch index>".
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: install demo test bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH_SPEC)
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+demo: install
+	$(BIN)/rlsched gpus
+	$(BIN)/rlsched layouts --gpu a100-40gb --maximal
+	$(BIN)/rlsched validate-layout --gpu a100-40gb 3g.20gb@0,2g.10gb@4,1g.5gb@6
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) build *.egg-info
