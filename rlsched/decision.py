@@ -1,0 +1,99 @@
+"""What rlsched decides every interval: the configuration of a node of G GPUs.
+
+A :class:`Configuration` holds one MIG layout per GPU, the sharing mode of each GPU
+instance, and for each tenant where it runs (GPU, instance), its MPS share and its batch
+size. The simulator executes it, the ILP produces it, the baselines and the PPO policy ask
+for it, and the daemon applies it; all of them use these types.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rlsched.hardware.catalog import load_gpu
+from rlsched.hardware.layout import Layout, layout_violation
+
+
+class SharingMode(str, enum.Enum):
+    """How the tenants placed in one GPU instance share it.
+
+    ``mps``: spatial sharing, each tenant capped at its MPS active-thread percentage.
+    ``time-slice``: temporal sharing, tenants take turns on the whole instance.
+    ``priority-fill``: FIKIT-style; the highest-priority tenant runs as if alone (plus a small
+    overhead) and the others use its idle gaps.
+    """
+
+    MPS = "mps"
+    TIME_SLICE = "time-slice"
+    PRIORITY_FILL = "priority-fill"
+
+
+@dataclass(frozen=True)
+class TenantPlacement:
+    """Where and how one tenant runs.
+
+    :param gpu_index: GPU of the node, 0..G-1
+    :param instance_index: index into that GPU's layout instances (sorted by start slot);
+        0 on a GPU without MIG, whose whole device is one implicit instance
+    :param mps_pct: MPS active-thread percentage within the instance, (0, 100]
+    :param batch_size: maximum batch the tenant's server forms (inference), or its training
+        batch (retraining jobs), >= 1
+    """
+
+    gpu_index: int
+    instance_index: int
+    mps_pct: float = 100.0
+    batch_size: int = 1
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A complete decision for a node.
+
+    :param layouts: one layout per GPU (an empty layout on a GPU without MIG)
+    :param modes: per GPU, the sharing mode of each instance (same order as the layout)
+    :param placements: tenant name -> placement
+    """
+
+    layouts: tuple[Layout, ...]
+    modes: tuple[tuple[SharingMode, ...], ...]
+    placements: Mapping[str, TenantPlacement]
+
+    def instance_count(self, gpu_index: int) -> int:
+        """Instances tenants can be placed in on that GPU (1 for a GPU without MIG)."""
+        layout = self.layouts[gpu_index]
+        return len(layout) if load_gpu(layout.gpu).mig_supported else 1
+
+    def tenants_in(self, gpu_index: int, instance_index: int) -> list[str]:
+        """Names of the tenants placed in one instance, in placement order."""
+        return [t for t, p in self.placements.items() if (p.gpu_index, p.instance_index) == (gpu_index, instance_index)]
+
+    def problems(self, tenants: list[str] | None = None) -> list[str]:
+        """Everything that makes this configuration impossible to apply (empty if none).
+
+        :param tenants: if given, every one of them must be placed
+        """
+        found: list[str] = []
+        if len(self.modes) != len(self.layouts):
+            found.append(f"{len(self.modes)} mode lists for {len(self.layouts)} GPUs")
+        for g, layout in enumerate(self.layouts):
+            violation = layout_violation(layout)
+            if violation is not None:
+                found.append(f"GPU {g}: {violation}")
+            if g < len(self.modes) and len(self.modes[g]) != self.instance_count(g):
+                found.append(f"GPU {g}: {len(self.modes[g])} sharing modes for {self.instance_count(g)} instances")
+        for name, p in self.placements.items():
+            if not 0 <= p.gpu_index < len(self.layouts):
+                found.append(f"tenant {name}: GPU {p.gpu_index} does not exist (node has {len(self.layouts)})")
+            elif not 0 <= p.instance_index < self.instance_count(p.gpu_index):
+                found.append(f"tenant {name}: instance {p.instance_index} does not exist on GPU {p.gpu_index}")
+            if not 0 < p.mps_pct <= 100:
+                found.append(f"tenant {name}: mps_pct {p.mps_pct} outside (0, 100]")
+            if p.batch_size < 1:
+                found.append(f"tenant {name}: batch_size {p.batch_size} < 1")
+        for name in tenants or []:
+            if name not in self.placements:
+                found.append(f"tenant {name} has no instance")
+        return found

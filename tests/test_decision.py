@@ -1,0 +1,36 @@
+"""The Configuration type: problems are listed, a sound configuration has none."""
+
+from rlsched.decision import Configuration, SharingMode, TenantPlacement
+from rlsched.hardware import parse_layout
+
+
+def _config(**placements):
+    layout = parse_layout("3g@0,2g@4,1g@6", "a100-40gb")
+    modes = ((SharingMode.MPS, SharingMode.TIME_SLICE, SharingMode.PRIORITY_FILL),)
+    return Configuration((layout,), modes, placements)
+
+
+def test_sound_configuration_has_no_problems():
+    config = _config(a=TenantPlacement(0, 0, 60, 8), b=TenantPlacement(0, 0, 40, 4), c=TenantPlacement(0, 2))
+    assert config.problems(["a", "b", "c"]) == []
+    assert config.tenants_in(0, 0) == ["a", "b"]
+
+
+def test_problems_name_each_fault():
+    config = _config(a=TenantPlacement(0, 3), b=TenantPlacement(1, 0), c=TenantPlacement(0, 0, 0.0, 0))
+    problems = " | ".join(config.problems(["a", "b", "c", "d"]))
+    for words in ("instance 3", "GPU 1 does not exist", "mps_pct 0.0", "batch_size 0", "tenant d has no instance"):
+        assert words in problems
+
+
+def test_invalid_layout_and_mode_count_are_problems():
+    layout = parse_layout("3g@0,4g@0", "a100-40gb")
+    config = Configuration((layout,), ((SharingMode.MPS,),), {})
+    problems = " | ".join(config.problems())
+    assert "memory-overlap" in problems and "1 sharing modes for 2 instances" in problems
+
+
+def test_gpu_without_mig_is_one_instance():
+    layout = parse_layout("", "v100-16gb")
+    config = Configuration((layout,), ((SharingMode.MPS,),), {"a": TenantPlacement(0, 0, 50)})
+    assert config.problems(["a"]) == []
