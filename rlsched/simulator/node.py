@@ -1,0 +1,453 @@
+"""The node simulator: G GPUs, their tenants, one decision interval per :meth:`NodeSimulator.step`.
+
+``sim = NodeSimulator(scenario, perf_model, seed)``; ``sim.reset(seed)``; then
+``sim.step(configuration)`` applies a :class:`~rlsched.decision.Configuration` (charging
+reconfiguration downtime), advances one decision interval at request level, and returns a
+:class:`StepResult` with per-tenant statistics and the Goodput terms of the interval.
+
+What happens to requests (see :mod:`rlsched.simulator.queueing`): each inference tenant
+is one server with a bounded FIFO queue and a dynamic batcher; a batch's service time
+comes from the performance model for the tenant's current instance, MPS share, sharing
+mode and co-runners (cached per configuration), optionally with lognormal jitter fitted to
+the model's mean and p99.
+
+Reconfiguration: a GPU's layout change costs the catalog's GI destroy + create times
+(:func:`~rlsched.hardware.change_plan`); a tenant whose instance is destroyed or created,
+who moves, whose MPS share changes (a running MPS client's share cannot change), or whose
+instance changes sharing mode restarts, paying its ``restart_s`` (CUDA context + model
+load) after its batch in flight drains. Requests keep queueing (and dropping when the queue
+is full) during the downtime.
+
+Sharing modes: ``mps`` and ``time-slice`` latencies come from the performance model with
+the co-runners; ``priority-fill`` (FIKIT) gives the highest-priority tenant of the instance
+its solo latency times (1 + ``priority_fill_overhead``) and serves the others at their
+solo speed scaled by the idle fraction the high-priority tenant left in the same interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlsched.decision import Configuration, SharingMode, TenantPlacement
+from rlsched.goodput import GoodputTerms, goodput_terms
+from rlsched.hardware import GpuInstance, change_plan, load_gpu
+from rlsched.simulator import queueing as q
+from rlsched.simulator.perf import CoRunner, PerformanceModelLike
+from rlsched.workloads.scenario import Scenario
+from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
+
+#: Under priority fill, low-priority work never gets less than this fraction of the
+#: instance (kernels still interleave at the high-priority tenant's gaps).
+MIN_IDLE_FRACTION = 0.02
+#: Standard normal quantile of 0.99, to fit a lognormal to (mean, p99).
+Z99 = 2.3263478740408408
+#: Weight of the newest interval in the smoothed arrival rate of the observation.
+RATE_EWMA_WEIGHT = 0.3
+
+
+@dataclass
+class TenantStepStats:
+    """One tenant over one decision interval (request counts are integers).
+
+    Conservation: ``queued_at_end`` (waiting or in service at the end) equals the previous
+    interval's ``queued_at_end + arrived - completed - dropped``.
+    """
+
+    name: str
+    kind: str
+    arrived: int = 0
+    completed: int = 0
+    dropped: int = 0
+    queued_at_end: int = 0
+    on_time: int = 0
+    violated: int = 0
+    slo_ms: float = math.nan
+    slo_attainment: float = math.nan  # on_time / (completed + dropped); NaN if neither
+    latency_ms_mean: float = math.nan
+    latency_ms_p50: float = math.nan
+    latency_ms_p99: float = math.nan
+    mean_batch: float = math.nan
+    utilization: float = 0.0  # busy fraction of the interval
+    arrival_rate_rps: float = 0.0
+    arrival_rate_ewma_rps: float = 0.0
+    downtime_s: float = 0.0  # restart/reconfiguration downtime begun this interval
+    restarted: bool = False
+    out_of_memory: bool = False
+    accuracy: float = 1.0  # serving model's accuracy (inference), or of the model it retrains (CL)
+    best_effort_progress_s: float = 0.0  # full-GPU seconds of best-effort work
+    training_samples: float = 0.0
+    terms: GoodputTerms = field(default_factory=GoodputTerms)
+
+
+@dataclass
+class StepResult:
+    """What one :meth:`NodeSimulator.step` did.
+
+    :param t_start_s: simulated time at the start of the interval, seconds
+    :param t_end_s: at its end
+    :param tenants: per-tenant statistics of the interval
+    :param terms: Goodput terms summed over tenants (``terms.total`` is the reward)
+    :param gpu_reconfiguration_s: per GPU, GI destroy + create time spent, seconds
+    :param done: the episode's duration is reached
+    """
+
+    t_start_s: float
+    t_end_s: float
+    tenants: dict[str, TenantStepStats]
+    terms: GoodputTerms
+    gpu_reconfiguration_s: tuple[float, ...]
+    done: bool
+
+    @property
+    def reward(self) -> float:
+        """The Goodput objective of the interval."""
+        return self.terms.total
+
+
+@dataclass
+class _Slot:
+    """Where a tenant runs under the current configuration, with its cached speeds."""
+
+    tenant: Tenant
+    placement: TenantPlacement
+    instance_key: tuple[int, GpuInstance | None]
+    mode: SharingMode
+    batch: int
+    rank_in_instance: int  # 0: runs first (priority fill's high-priority tenant)
+    fill_low: bool  # scaled by the idle fraction of the instance's high-priority tenant
+    out_of_memory: bool
+    service_mean_s: np.ndarray | None = None  # inference: index = batch size
+    service_sigma: np.ndarray | None = None
+    work_rate: float = 0.0  # CL: training samples/s; BE: full-GPU seconds per second
+
+
+class _Server:
+    """The queue state of one inference tenant, carried across steps."""
+
+    def __init__(self, tenant: InferenceTenant) -> None:
+        self.wait_buf = np.zeros(tenant.queue_capacity)
+        self.flight_buf = np.zeros(tenant.max_batch)
+        self.state = q.new_state()
+        self.hist_step = np.zeros(q.HIST_BINS, dtype=np.int64)
+        self.hist_total = np.zeros(q.HIST_BINS, dtype=np.int64)
+        self.out = np.zeros(q.OUT_SIZE)
+        self.totals = np.zeros(q.OUT_SIZE)
+        self.percentiles_ms = np.zeros(2)  # p50, p99 of the last interval
+
+    def in_system(self) -> int:
+        return int(self.state[q.S_WAITING] + self.state[q.S_FLIGHT_N])
+
+
+class NodeSimulator:
+    """Request-level simulator of one node of ``scenario.gpu_count`` GPUs.
+
+    :param scenario: tenants, arrivals, GPU type and count, intervals, weights
+    :param perf_model: the performance model (latency curves, memory, training speed)
+    :param seed: seed of the numpy Generator all randomness is drawn from
+    """
+
+    def __init__(self, scenario: Scenario, perf_model: PerformanceModelLike, seed: int | None = 0) -> None:
+        self.scenario = scenario
+        self.perf = perf_model
+        self.gpu_spec = load_gpu(scenario.gpu)
+        self.interval_s = float(scenario.decision_interval_s)
+        known = set(perf_model.models())
+        for t in scenario.tenants:
+            if t.model not in known:
+                raise ValueError(f"scenario {scenario.name}: tenant {t.name} uses model {t.model!r}, unknown to the performance model ({', '.join(sorted(known))})")
+        self._curve_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._seed = seed
+        self.reset(seed)
+
+    # ------------------------------------------------------------------ state
+    def reset(self, seed: int | None = None, configuration: Configuration | None = None) -> dict[str, dict[str, float]]:
+        """Start a new episode at time 0 with empty queues; returns the observation.
+
+        :param seed: reseeds the Generator (None: keep the current stream)
+        :param configuration: the configuration the node starts in (default: the
+            scenario's reference); the first :meth:`step` pays only the changes from it.
+            With neither, the first step's configuration is taken as already deployed.
+        """
+        if seed is not None:
+            self._seed = seed
+            self.rng = np.random.default_rng(seed)
+        elif not hasattr(self, "rng"):
+            self.rng = np.random.default_rng(self._seed)
+        self.time_s = 0.0
+        self.step_index = 0
+        self._config = configuration if configuration is not None else self.scenario.reference
+        self._slots: dict[str, _Slot] = {}
+        self._slots_for: Configuration | None = None
+        self._servers = {t.name: _Server(t) for t in self.scenario.inference_tenants()}
+        self._down_until = {t.name: 0.0 for t in self.scenario.tenants}
+        self._units = {t.name: t.units_after_drift for t in self.scenario.tenants if isinstance(t, ContinualLearningJob)}
+        self._next_drift_s = {t.name: t.drift_window_s for t in self.scenario.tenants if isinstance(t, ContinualLearningJob)}
+        self._rate_ewma = {t.name: t.arrivals.mean_rate_rps() for t in self.scenario.inference_tenants()}
+        self._last: dict[str, TenantStepStats] = {}
+        self._last_units_gain: dict[str, float] = {}
+        self.totals = GoodputTerms()
+        for t in self.scenario.inference_tenants():
+            t.arrivals.reset(self.rng)
+        return self.observation()
+
+    @property
+    def done(self) -> bool:
+        """True once the scenario's duration has been simulated."""
+        return self.time_s >= self.scenario.duration_s - 1e-9
+
+    def accuracy_of(self, tenant_name: str) -> float:
+        """Current accuracy of the model serving an inference tenant."""
+        tenant = self.scenario.tenant(tenant_name)
+        for job in self.scenario.tenants:
+            if isinstance(job, ContinualLearningJob) and job.serves == tenant_name:
+                return job.curve.accuracy(self._units[job.name])
+        return tenant.accuracy if isinstance(tenant, InferenceTenant) else 1.0
+
+    def observation(self) -> dict[str, dict[str, float]]:
+        """Per tenant, what a policy may observe: recent rates, queue, latency vs SLO, accuracy."""
+        obs = {}
+        for t in self.scenario.tenants:
+            last = self._last.get(t.name)
+            entry = {"accuracy": self.accuracy_of(t.serves if isinstance(t, ContinualLearningJob) else t.name)}
+            if isinstance(t, InferenceTenant):
+                server = self._servers[t.name]
+                p99 = last.latency_ms_p99 if last else math.nan
+                entry.update(
+                    arrival_rate_rps=last.arrival_rate_rps if last else 0.0,
+                    arrival_rate_ewma_rps=self._rate_ewma[t.name],
+                    queue_length=float(server.in_system()),
+                    p99_over_slo=(p99 / t.slo_ms) if math.isfinite(p99) else 0.0,
+                    slo_attainment=last.slo_attainment if last and math.isfinite(last.slo_attainment) else 1.0,
+                    utilization=last.utilization if last else 0.0,
+                )
+            else:
+                entry.update(progress=(last.training_samples if isinstance(t, ContinualLearningJob) else last.best_effort_progress_s) if last else 0.0)
+            obs[t.name] = entry
+        return obs
+
+    # ------------------------------------------------------------------ configuration
+    def _instance(self, config: Configuration, p: TenantPlacement) -> tuple[tuple[int, GpuInstance | None], str | None, int | None, float]:
+        """(identity, profile, compute slices, memory GiB) of a placement's instance."""
+        layout = config.layouts[p.gpu_index]
+        if self.gpu_spec.mig_supported and len(layout):
+            gi = layout.instances[p.instance_index]
+            profile = self.gpu_spec.profiles[gi.profile]
+            return (p.gpu_index, gi), gi.profile, profile.compute_slices, profile.memory_gib
+        return (p.gpu_index, None), None, None, self.gpu_spec.memory_gib
+
+    def _build_slots(self, config: Configuration) -> dict[str, _Slot]:
+        """Placement, speed curves and memory fit of every placed tenant (cached per configuration)."""
+        problems = config.problems([t.name for t in self.scenario.inference_tenants()])
+        if problems:
+            raise ValueError("configuration cannot be applied: " + "; ".join(problems))
+        gpu = self.scenario.gpu
+        by_instance: dict[tuple, list[Tenant]] = {}
+        info = {}
+        for t in self.scenario.tenants:
+            p = config.placements.get(t.name)
+            if p is None:
+                continue
+            key, profile, slices, memory = self._instance(config, p)
+            mode = config.modes[p.gpu_index][p.instance_index]
+            by_instance.setdefault(key, []).append(t)
+            batch = min(p.batch_size, t.max_batch) if isinstance(t, InferenceTenant) else p.batch_size
+            info[t.name] = (p, key, profile, slices, memory, mode, batch)
+        slots = {}
+        for key, members in by_instance.items():
+            members.sort(key=lambda t: t.priority.rank)  # stable: scenario order breaks ties
+            memory_need = sum(self.perf.memory_gib(gpu, t.model, info[t.name][6]) for t in members)
+            oom = memory_need > info[members[0].name][4] + 1e-9
+            for rank, t in enumerate(members):
+                p, _, profile, slices, _, mode, batch = info[t.name]
+                fill = mode == SharingMode.PRIORITY_FILL
+                others = tuple(CoRunner(o.model, info[o.name][6], info[o.name][0].mps_pct) for o in members if o is not t)
+                # MPS shares only mean something under MPS; priority fill computes from solo speed.
+                mps = p.mps_pct if mode == SharingMode.MPS else 100.0
+                colocated = () if fill else others
+                slot = _Slot(t, p, key, mode, batch, rank, fill and rank > 0, oom)
+                if isinstance(t, InferenceTenant):
+                    mean_s, sigma = self._curve(t, batch, profile, slices, mps, mode, colocated)
+                    if fill and rank == 0:
+                        mean_s = mean_s * (1.0 + self.scenario.priority_fill_overhead)
+                    slot.service_mean_s, slot.service_sigma = mean_s, sigma
+                elif isinstance(t, ContinualLearningJob):
+                    step_s = self.perf.train_step_s(gpu, t.model, batch, profile, mps, colocated)
+                    slot.work_rate = batch / step_s if step_s > 0 else 0.0
+                else:
+                    pred = self.perf.predict(gpu, t.model, batch, profile, mps, SharingMode.MPS if fill else mode, colocated, slices)
+                    solo = self.perf.predict(gpu, t.model, batch)
+                    slot.work_rate = pred.throughput_per_s / solo.throughput_per_s * t.tuning_throughput_factor(mps) if solo.throughput_per_s > 0 else 0.0
+                slots[t.name] = slot
+        return slots
+
+    def _curve(self, t: InferenceTenant, batch: int, profile, slices, mps: float, mode: SharingMode, colocated) -> tuple[np.ndarray, np.ndarray]:
+        """Per-batch service time (index = batch size) and lognormal sigma, cached."""
+        key = (t.model, batch, profile, slices, mps, mode, colocated, t.tuning_latency_factor(mps), self.scenario.service_jitter)
+        cached = self._curve_cache.get(key)
+        if cached is None:
+            mean_ms, p99_ms = self.perf.latency_curve_ms(self.scenario.gpu, t.model, batch, profile, mps, SharingMode.MPS if mode == SharingMode.PRIORITY_FILL else mode, colocated, slices)
+            mean_s = np.concatenate([[0.0], np.asarray(mean_ms, dtype=float)]) * (t.tuning_latency_factor(mps) / 1000.0)
+            sigma = np.zeros_like(mean_s)
+            if self.scenario.service_jitter:
+                ratio = np.maximum(np.asarray(p99_ms, dtype=float) / np.maximum(np.asarray(mean_ms, dtype=float), 1e-12), 1.0)
+                # Lognormal with the model's mean and p99: sigma^2/2 - Z99 sigma + ln(ratio) = 0.
+                sigma[1:] = Z99 - np.sqrt(np.maximum(Z99 * Z99 - 2.0 * np.log(ratio), 0.0))
+            cached = (mean_s, sigma)
+            self._curve_cache[key] = cached
+        return cached
+
+    def _downtimes(self, old: Configuration | None, new: Configuration, new_slots: dict[str, _Slot]) -> tuple[dict[str, float], tuple[float, ...]]:
+        """Per tenant, the downtime the change from ``old`` to ``new`` costs; per GPU, GI seconds."""
+        gpu_s = [0.0] * len(new.layouts)
+        if old is None:
+            return {}, tuple(gpu_s)
+        created: set[tuple[int, GpuInstance]] = set()
+        for g, (a, b) in enumerate(zip(old.layouts, new.layouts, strict=True)):
+            plan = change_plan(a, b)
+            gpu_s[g] = plan.estimated_s
+            created |= {(g, gi) for gi in plan.created}
+        downtime = {}
+        for name, slot in new_slots.items():
+            before = old.placements.get(name)
+            if before is None:
+                continue  # newly placed: starting it is its restart
+            key_before = self._instance(old, before)[0]
+            mode_before = old.modes[before.gpu_index][before.instance_index]
+            moved = key_before != slot.instance_key or slot.instance_key in created
+            share_changed = slot.mode == SharingMode.MPS and before.mps_pct != slot.placement.mps_pct
+            if moved or share_changed or mode_before != slot.mode:
+                wait_gi = gpu_s[slot.placement.gpu_index] if slot.instance_key in created else 0.0
+                downtime[name] = wait_gi + slot.tenant.restart_s
+        for name in new_slots.keys() - old.placements.keys():
+            downtime[name] = self.scenario.tenant(name).restart_s
+        return downtime, tuple(gpu_s)
+
+    # ------------------------------------------------------------------ step
+    def step(self, configuration: Configuration) -> StepResult:
+        """Apply ``configuration`` and simulate one decision interval."""
+        t0 = self.time_s
+        t1 = t0 + self.interval_s
+        if self._slots_for is configuration or (self._slots_for is not None and self._slots_for == configuration):
+            slots = self._slots
+            downtime: dict[str, float] = {}
+            gpu_s = (0.0,) * len(configuration.layouts)
+        else:
+            slots = self._build_slots(configuration)
+            downtime, gpu_s = self._downtimes(self._config, configuration, slots)
+            self._slots, self._slots_for = slots, configuration
+        self._config = configuration
+        for name, seconds in downtime.items():
+            server = self._servers.get(name)
+            busy_until = server.state[q.S_FLIGHT_DONE_S] if server is not None and server.state[q.S_FLIGHT_N] > 0 else t0
+            self._down_until[name] = max(self._down_until[name], max(t0, busy_until) + seconds)
+        for job in self.scenario.tenants:  # drift events at interval boundaries
+            if isinstance(job, ContinualLearningJob):
+                while t0 >= self._next_drift_s[job.name] - 1e-9:
+                    self._units[job.name] = job.units_after_drift
+                    self._next_drift_s[job.name] += job.drift_window_s
+
+        self._last_units_gain = {}
+        weights = self.scenario.weights
+        stats: dict[str, TenantStepStats] = {}
+        idle_fraction: dict[tuple, float] = {}
+        ordered = sorted(slots.values(), key=lambda s: s.rank_in_instance)  # high priority first
+        for slot in ordered:
+            t = slot.tenant
+            up_from = self._down_until[t.name]
+            scale = 1.0
+            if slot.fill_low:
+                scale = max(idle_fraction.get(slot.instance_key, 1.0), MIN_IDLE_FRACTION)
+            if slot.out_of_memory:
+                up_from = math.inf
+            if isinstance(t, InferenceTenant):
+                st = self._serve(t, slot, t0, t1, up_from, scale)
+            else:
+                st = self._work(t, slot, t0, t1, up_from, scale)
+            if slot.mode == SharingMode.PRIORITY_FILL and slot.rank_in_instance == 0:
+                idle_fraction[slot.instance_key] = 1.0 - st.utilization
+            st.downtime_s = downtime.get(t.name, 0.0)
+            st.restarted = t.name in downtime
+            st.out_of_memory = slot.out_of_memory
+            stats[t.name] = st
+        for t in self.scenario.tenants:
+            if t.name not in stats:  # unplaced: an inference tenant's requests only queue
+                stats[t.name] = self._serve(t, None, t0, t1, math.inf, 1.0) if isinstance(t, InferenceTenant) else TenantStepStats(t.name, t.kind)
+        total = GoodputTerms()
+        for t in self.scenario.tenants:
+            st = stats[t.name]
+            if isinstance(t, InferenceTenant):
+                st.accuracy = self._served_accuracy(t.name, st)
+                st.terms = goodput_terms(weights, t.priority.value, st.on_time, st.accuracy, st.violated, st.dropped, downtime_s=st.downtime_s)
+            else:
+                progress = st.best_effort_progress_s * (t.work_weight if isinstance(t, BestEffortJob) else 0.0)
+                st.terms = goodput_terms(weights, t.priority.value, best_effort_progress_s=progress, downtime_s=st.downtime_s)
+            total = total + st.terms
+        self.time_s = t1
+        self.step_index += 1
+        self.totals = self.totals + total
+        self._last = stats
+        return StepResult(t0, t1, stats, total, gpu_s, self.done)
+
+    def _served_accuracy(self, name: str, st: TenantStepStats) -> float:
+        """Accuracy of the serving model over the interval (mid-interval retraining progress)."""
+        for job in self.scenario.tenants:
+            if isinstance(job, ContinualLearningJob) and job.serves == name:
+                units_end = self._units[job.name]
+                units_mid = units_end - self._last_units_gain.get(job.name, 0.0) / 2.0
+                return job.curve.accuracy(units_mid)
+        return self.scenario.tenant(name).accuracy  # type: ignore[union-attr]
+
+    def _serve(self, t: InferenceTenant, slot: _Slot | None, t0: float, t1: float, up_from: float, speed: float) -> TenantStepStats:
+        server = self._servers[t.name]
+        arrivals = t.arrivals.sample(t0, t1, self.rng)
+        server.out.fill(0.0)
+        server.hist_step.fill(0)
+        if slot is None:
+            mean_s, sigma, batch = _NO_SERVICE_MEAN, _NO_SERVICE_SIGMA, 1
+        else:
+            mean_s, sigma, batch = slot.service_mean_s, slot.service_sigma, slot.batch
+            if speed != 1.0:
+                mean_s = mean_s / speed
+        q.serve_interval(arrivals, t0, t1, max(up_from, t0), server.wait_buf, server.flight_buf, server.state,
+                         mean_s, sigma, batch, t.batch_timeout_ms / 1000.0, t.slo_ms / 1000.0, self.rng, server.hist_step, server.out)
+        q.close_interval(server.hist_step, server.hist_total, _P50_P99, server.percentiles_ms)
+        out = server.out
+        server.totals += out
+        completed = int(out[q.O_COMPLETED])
+        dropped = int(out[q.O_DROPPED])
+        on_time = int(out[q.O_ON_TIME])
+        rate = out[q.O_ARRIVED] / (t1 - t0)
+        self._rate_ewma[t.name] += RATE_EWMA_WEIGHT * (rate - self._rate_ewma[t.name])
+        decided = completed + dropped
+        return TenantStepStats(
+            t.name, t.kind, int(out[q.O_ARRIVED]), completed, dropped, server.in_system(), on_time, completed - on_time, t.slo_ms,
+            on_time / decided if decided else math.nan,
+            out[q.O_LATENCY_SUM_S] * 1000.0 / completed if completed else math.nan,
+            server.percentiles_ms[0],
+            server.percentiles_ms[1],
+            out[q.O_BATCHED_REQUESTS] / out[q.O_BATCHES] if out[q.O_BATCHES] else math.nan,
+            out[q.O_BUSY_S] / (t1 - t0), rate, self._rate_ewma[t.name],
+        )
+
+    def _work(self, t: Tenant, slot: _Slot, t0: float, t1: float, up_from: float, speed: float) -> TenantStepStats:
+        """Training / best-effort progress over the interval (it runs whenever it is up)."""
+        running_s = max(0.0, t1 - max(t0, up_from)) if math.isfinite(up_from) else 0.0
+        st = TenantStepStats(t.name, t.kind, utilization=running_s / (t1 - t0))
+        if isinstance(t, ContinualLearningJob):
+            samples = slot.work_rate * speed * running_s
+            gain = samples / t.samples_per_unit
+            self._units[t.name] += gain
+            self._last_units_gain[t.name] = gain
+            st.training_samples = samples
+            st.accuracy = t.curve.accuracy(self._units[t.name])
+        else:
+            st.best_effort_progress_s = slot.work_rate * speed * running_s
+        return st
+
+
+_NO_SERVICE_MEAN = np.array([0.0, 1.0])
+_NO_SERVICE_SIGMA = np.zeros(2)
+_P50_P99 = np.array([50.0, 99.0])

@@ -1,0 +1,270 @@
+"""The request-level core of the simulator: one inference server's queue over one interval.
+
+Every request has an arrival time; the server forms batches dynamically (Triton/Clipper
+style: start a batch as soon as ``batch_max`` requests wait, or when the oldest waiting
+request has waited ``timeout_s``, never before the server is free), serves each batch for
+a time drawn from the tenant's per-batch service curve, and records each request's
+completion (latency histogram, SLO hit) or drop (arrival finds the bounded queue full).
+
+The loop is inherently sequential (a batch's start depends on the previous batch's end),
+so it is compiled with numba; everything around it (arrival generation, service curves,
+statistics) is vectorised numpy. State that crosses a decision boundary (waiting requests,
+the batch in flight, when the server is next free) lives in small numpy arrays owned by
+the caller, so one call per tenant per decision step is all the Python the hot path does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+#: Latency histogram: log-spaced bins, the first edge at HIST_MIN_MS and each next edge
+#: HIST_RATIO times the previous, so a percentile read from it is within 1% of the exact one.
+HIST_MIN_MS = 0.01
+HIST_RATIO = 1.02
+HIST_BINS = 1024  # 0.01 ms * 1.02**1024 ~ 6.4e6 ms: longer latencies land in the last bin
+
+# Slots of the per-tenant state vector (float64) carried across decision steps.
+S_HEAD = 0  # ring-buffer index of the oldest waiting request
+S_WAITING = 1  # waiting requests (not in service)
+S_SERVER_FREE_S = 2  # when the server finishes its current batch, seconds
+S_FLIGHT_N = 3  # requests in the batch in flight (0 if none)
+S_FLIGHT_DONE_S = 4  # completion time of the batch in flight, seconds
+STATE_SIZE = 5
+
+# Slots of the per-interval output vector (float64).
+O_ARRIVED = 0
+O_DROPPED = 1
+O_COMPLETED = 2
+O_ON_TIME = 3  # completed with latency <= slo
+O_LATENCY_SUM_S = 4  # sum of latencies of completed requests, seconds
+O_BUSY_S = 5  # time the server spent serving batches inside the interval, seconds
+O_BATCHES = 6  # batches started
+O_BATCHED_REQUESTS = 7  # requests put into those batches
+OUT_SIZE = 8
+
+
+def new_state() -> np.ndarray:
+    """An empty server: nothing waiting, nothing in flight, free from time 0."""
+    return np.zeros(STATE_SIZE)
+
+
+def histogram_edges_ms() -> np.ndarray:
+    """Upper edges of the latency histogram bins, milliseconds (HIST_BINS values)."""
+    return HIST_MIN_MS * HIST_RATIO ** np.arange(1, HIST_BINS + 1)
+
+
+def percentile_ms(hist: np.ndarray, q: float) -> float:
+    """The q-th percentile (0..100) of the latencies counted in ``hist``, milliseconds.
+
+    Reads the upper edge of the bin holding the percentile, so it errs high by at most
+    one bin (2%); NaN for an empty histogram.
+    """
+    total = int(hist.sum())
+    if total == 0:
+        return float("nan")
+    rank = max(1, math.ceil(total * q / 100.0))
+    index = int(np.searchsorted(np.cumsum(hist), rank))
+    return float(HIST_MIN_MS * HIST_RATIO ** (index + 1))
+
+
+_INV_LOG_RATIO = 1.0 / math.log(HIST_RATIO)
+_LOG_MIN_S = math.log(HIST_MIN_MS / 1000.0)
+
+
+@njit(cache=True, inline="always")
+def _record_batch(done_s: float, buf: np.ndarray, first: int, count: int, slo_s: float, hist: np.ndarray, out: np.ndarray) -> None:
+    """Count the completion at ``done_s`` of ``count`` requests stored from ``buf[first]`` (ring)."""
+    cap = buf.shape[0]
+    on_time = 0
+    latency_sum_s = 0.0
+    idx = first
+    # Requests wait in arrival order, so the on-time ones are a suffix: later arrivals.
+    for _ in range(count):
+        latency_s = done_s - buf[idx]
+        idx += 1
+        if idx == cap:
+            idx = 0
+        latency_sum_s += latency_s
+        if latency_s <= slo_s:
+            on_time += 1
+        if latency_s <= HIST_MIN_MS / 1000.0:
+            k = 0
+        else:
+            k = int((math.log(latency_s) - _LOG_MIN_S) * _INV_LOG_RATIO)
+            if k >= HIST_BINS:
+                k = HIST_BINS - 1
+        hist[k] += 1
+    out[O_COMPLETED] += count
+    out[O_ON_TIME] += on_time
+    out[O_LATENCY_SUM_S] += latency_sum_s
+
+
+@njit(cache=True)
+def serve_interval(
+    arrivals_s: np.ndarray,
+    t_start_s: float,
+    t_end_s: float,
+    available_from_s: float,
+    wait_buf: np.ndarray,
+    flight_buf: np.ndarray,
+    state: np.ndarray,
+    service_mean_s: np.ndarray,
+    service_sigma: np.ndarray,
+    batch_max: int,
+    timeout_s: float,
+    slo_s: float,
+    rng: np.random.Generator,
+    hist: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """Advance one tenant's server from ``t_start_s`` to ``t_end_s``.
+
+    :param arrivals_s: sorted arrival times of the requests arriving in the interval, seconds
+    :param available_from_s: the server starts no batch before this time (the end of a
+        restart or reconfiguration downtime; requests keep queueing meanwhile), seconds
+    :param wait_buf: ring buffer of waiting requests' arrival times; its length is the
+        queue bound (an arrival that finds it full is dropped)
+    :param flight_buf: arrival times of the batch in flight (length >= any batch size)
+    :param state: the carried state vector (``S_*`` slots), updated in place
+    :param service_mean_s: service time of a batch of b requests, index b (0 unused), seconds
+    :param service_sigma: lognormal sigma of that service time (0: deterministic); the
+        draw is mean * exp(sigma z - sigma^2 / 2), so its mean stays ``service_mean_s[b]``
+    :param batch_max: largest batch the server forms (< len(service_mean_s))
+    :param timeout_s: longest the oldest waiting request is held for a fuller batch, seconds
+    :param slo_s: latency objective, seconds (a completion within it is on time)
+    :param rng: the simulation's Generator (numba draws from the same stream), for jitter
+    :param hist: latency histogram (``HIST_*`` bins), incremented in place
+    :param out: interval statistics (``O_*`` slots), incremented in place
+    """
+    cap = wait_buf.shape[0]
+    n_new = arrivals_s.shape[0]
+    head = int(state[S_HEAD])
+    waiting = int(state[S_WAITING])
+    free_s = state[S_SERVER_FREE_S]
+    last_done_s = free_s  # what is carried: downtime is re-applied by the caller each step
+    out[O_ARRIVED] += n_new
+
+    # The batch in flight at the last boundary completes first (if it does in this interval).
+    flight_n = int(state[S_FLIGHT_N])
+    if flight_n > 0:
+        done_s = state[S_FLIGHT_DONE_S]
+        out[O_BUSY_S] += min(done_s, t_end_s) - t_start_s
+        if done_s <= t_end_s:
+            _record_batch(done_s, flight_buf, 0, flight_n, slo_s, hist, out)
+            flight_n = 0
+    if free_s < available_from_s:
+        free_s = available_from_s
+
+    i = 0  # next new arrival to admit
+    while flight_n == 0:
+        # Admit every arrival up to the moment the server is free.
+        while i < n_new and arrivals_s[i] <= free_s:
+            if waiting < cap:
+                tail = head + waiting
+                wait_buf[tail - cap if tail >= cap else tail] = arrivals_s[i]
+                waiting += 1
+            else:
+                out[O_DROPPED] += 1.0
+            i += 1
+        if waiting == 0:
+            if i >= n_new:
+                break
+            # Idle server: the next arrival opens the batch.
+            wait_buf[head] = arrivals_s[i]
+            waiting = 1
+            if free_s < arrivals_s[i]:
+                free_s = arrivals_s[i]
+            i += 1
+        if waiting >= batch_max:
+            start_s = free_s
+        else:
+            deadline_s = wait_buf[head] + timeout_s
+            if deadline_s < free_s:
+                deadline_s = free_s
+            start_s = deadline_s
+            # Wait for a full batch, but no longer than the oldest request's timeout.
+            while i < n_new and arrivals_s[i] <= deadline_s:
+                if waiting < cap:
+                    tail = head + waiting
+                    wait_buf[tail - cap if tail >= cap else tail] = arrivals_s[i]
+                    waiting += 1
+                else:
+                    out[O_DROPPED] += 1.0
+                i += 1
+                if waiting >= batch_max:
+                    start_s = arrivals_s[i - 1]
+                    break
+            if start_s >= t_end_s:
+                break  # decided in the next interval, with its arrivals
+            if waiting < batch_max and deadline_s > t_end_s:
+                break
+        if start_s >= t_end_s:
+            break
+        b = waiting if waiting < batch_max else batch_max
+        service_s = service_mean_s[b]
+        sigma = service_sigma[b]
+        if sigma > 0.0:
+            z = rng.standard_normal()
+            service_s *= math.exp(sigma * z - 0.5 * sigma * sigma)
+        done_s = start_s + service_s
+        out[O_BATCHES] += 1.0
+        out[O_BATCHED_REQUESTS] += b
+        out[O_BUSY_S] += min(done_s, t_end_s) - start_s
+        if done_s <= t_end_s:
+            _record_batch(done_s, wait_buf, head, b, slo_s, hist, out)
+        else:
+            idx = head
+            for j in range(b):
+                flight_buf[j] = wait_buf[idx]
+                idx += 1
+                if idx == cap:
+                    idx = 0
+            flight_n = b
+            state[S_FLIGHT_DONE_S] = done_s
+        head += b
+        if head >= cap:
+            head -= cap
+        waiting -= b
+        free_s = done_s
+        last_done_s = done_s
+
+    # Arrivals after the last decision point of this interval just queue (or drop).
+    while i < n_new:
+        if waiting < cap:
+            tail = head + waiting
+            wait_buf[tail - cap if tail >= cap else tail] = arrivals_s[i]
+            waiting += 1
+        else:
+            out[O_DROPPED] += 1.0
+        i += 1
+    state[S_HEAD] = head
+    state[S_WAITING] = waiting
+    state[S_SERVER_FREE_S] = last_done_s
+    state[S_FLIGHT_N] = flight_n
+
+
+@njit(cache=True)
+def close_interval(hist_step: np.ndarray, hist_total: np.ndarray, percentiles: np.ndarray, result_ms: np.ndarray) -> None:
+    """Add the interval's histogram to the run's and read percentiles (0..100) from it, ms.
+
+    Each percentile is the upper edge of the bin holding it (errs high by at most 2%);
+    NaN when the interval completed nothing.
+    """
+    total = 0
+    for k in range(HIST_BINS):
+        total += hist_step[k]
+        hist_total[k] += hist_step[k]
+    for p in range(percentiles.shape[0]):
+        if total == 0:
+            result_ms[p] = np.nan
+            continue
+        rank = max(1, int(math.ceil(total * percentiles[p] / 100.0)))
+        seen = 0
+        for k in range(HIST_BINS):
+            seen += hist_step[k]
+            if seen >= rank:
+                result_ms[p] = HIST_MIN_MS * HIST_RATIO ** (k + 1)
+                break

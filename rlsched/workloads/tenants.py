@@ -1,0 +1,159 @@
+"""The three kinds of tenant that share a node's GPUs.
+
+- :class:`InferenceTenant`: a DNN inference service with a latency SLO, a priority class,
+  an arrival process and a dynamic batcher (max batch, batching timeout).
+- :class:`ContinualLearningJob`: a retraining job paired with an inference tenant; the
+  deployed model's accuracy drops with data drift and recovers with retraining progress
+  along Ekya's curve ``acc(x) = 1 - (1/(b0*x + b1) + b2)``.
+- :class:`BestEffortJob`: e.g. autotuning, with a throughput objective.
+
+Numbers here that are not measured (restart costs, Ekya coefficients, drift) are scenario
+parameters: every scenario file states its values and where they come from.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from rlsched.workloads.arrivals import ArrivalProcess
+
+
+class Priority(str, enum.Enum):
+    """Priority class of a tenant; priority fill lets the highest class run as if alone."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """0 for high, 1 for normal, 2 for low (smaller runs first)."""
+        return ("high", "normal", "low").index(self.value)
+
+
+@dataclass
+class InferenceTenant:
+    """A latency-critical inference service.
+
+    :param name: unique tenant name (the key in :class:`~rlsched.decision.Configuration`)
+    :param model: model name known to the performance model
+    :param slo_ms: per-request latency objective (arrival to completion), milliseconds
+    :param priority: priority class
+    :param arrivals: the request arrival process
+    :param max_batch: largest batch the policy may configure (the service curve is built up to it)
+    :param batch_timeout_ms: longest the oldest waiting request is held for a fuller batch, ms
+    :param queue_capacity: waiting requests beyond which arrivals are dropped
+    :param restart_s: downtime to restart the server process (CUDA context + model load),
+        seconds: model dependent, a scenario parameter
+    :param accuracy: accuracy of the deployed model when no CL job retrains it, in [0, 1]
+    :param tuned_at_mps_pct: MPS share the model's kernels were autotuned at (None: not
+        tuned for a share); serving at another share costs latency (SLICE-TUNE)
+    :param tuning_mismatch_penalty: relative latency increase per 100 percentage points of
+        |served share - tuned share| (scenario parameter)
+    """
+
+    name: str
+    model: str
+    slo_ms: float
+    arrivals: ArrivalProcess
+    priority: Priority = Priority.NORMAL
+    max_batch: int = 32
+    batch_timeout_ms: float = 2.0
+    queue_capacity: int = 4096
+    restart_s: float = 0.0
+    accuracy: float = 1.0
+    tuned_at_mps_pct: float | None = None
+    tuning_mismatch_penalty: float = 0.0
+
+    kind = "inference"
+
+    def tuning_latency_factor(self, served_mps_pct: float) -> float:
+        """Latency multiplier for serving at ``served_mps_pct`` a model tuned at another share."""
+        if self.tuned_at_mps_pct is None:
+            return 1.0
+        return 1.0 + self.tuning_mismatch_penalty * abs(served_mps_pct - self.tuned_at_mps_pct) / 100.0
+
+
+@dataclass(frozen=True)
+class EkyaCurve:
+    """Ekya's accuracy after x units of retraining: ``1 - (1/(b0*x + b1) + b2)``.
+
+    The coefficients are fitted per model from micro-profiles in Ekya (NSDI 2022); rlsched
+    takes them as scenario parameters. ``x`` is measured in ``samples_per_unit`` training
+    samples (see :class:`ContinualLearningJob`).
+    """
+
+    b0: float
+    b1: float
+    b2: float
+
+    def accuracy(self, units: float) -> float:
+        """Accuracy after ``units`` of retraining, clipped to [0, 1]."""
+        value = 1.0 - (1.0 / (self.b0 * units + self.b1) + self.b2)
+        return min(1.0, max(0.0, value))
+
+
+@dataclass
+class ContinualLearningJob:
+    """A retraining job keeping an inference tenant's model accurate under data drift.
+
+    Every ``drift_window_s`` the data distribution moves on: the retraining progress
+    restarts at ``units_after_drift`` (so the served accuracy drops to
+    ``curve.accuracy(units_after_drift)``) and grows by (samples trained) /
+    ``samples_per_unit`` as the job trains; the served model tracks the retrained one.
+
+    :param name: unique tenant name
+    :param serves: name of the inference tenant whose model it retrains
+    :param model: model name known to the performance model (training step time)
+    :param curve: Ekya's accuracy curve
+    :param samples_per_unit: training samples per unit of x
+    :param drift_window_s: time between drift events, seconds (Ekya: 100-200 s windows)
+    :param units_after_drift: retraining units the model keeps right after a drift
+    :param restart_s: downtime to restart the training process, seconds (scenario parameter)
+    """
+
+    name: str
+    serves: str
+    model: str
+    curve: EkyaCurve
+    samples_per_unit: float
+    drift_window_s: float
+    units_after_drift: float = 0.0
+    restart_s: float = 0.0
+    priority: Priority = Priority.LOW
+
+    kind = "continual-learning"
+
+
+@dataclass
+class BestEffortJob:
+    """A best-effort job with a throughput objective (e.g. autotuning a model's kernels).
+
+    Progress is counted in full-GPU seconds of work: each second it runs at throughput h
+    adds h / h_solo, with h_solo the model's throughput alone on the whole GPU at the
+    job's batch. ``work_weight`` converts progress into goodput units.
+
+    :param tuned_at_mps_pct: share its kernels are being tuned for (SLICE-TUNE: running at
+        another share costs ``tuning_mismatch_penalty`` relative throughput per 100 points)
+    """
+
+    name: str
+    model: str
+    restart_s: float = 0.0
+    priority: Priority = Priority.LOW
+    work_weight: float = 1.0
+    tuned_at_mps_pct: float | None = None
+    tuning_mismatch_penalty: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    kind = "best-effort"
+
+    def tuning_throughput_factor(self, served_mps_pct: float) -> float:
+        """Throughput multiplier at ``served_mps_pct`` for work tuned at another share."""
+        if self.tuned_at_mps_pct is None:
+            return 1.0
+        return 1.0 / (1.0 + self.tuning_mismatch_penalty * abs(served_mps_pct - self.tuned_at_mps_pct) / 100.0)
+
+
+Tenant = InferenceTenant | ContinualLearningJob | BestEffortJob
