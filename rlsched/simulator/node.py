@@ -188,6 +188,9 @@ class NodeSimulator:
         self._rate_ewma = {t.name: t.arrivals.mean_rate_rps() for t in self.scenario.inference_tenants()}
         self._last: dict[str, TenantStepStats] = {}
         self._last_units_gain: dict[str, float] = {}
+        self._tenant_terms = {t.name: GoodputTerms() for t in self.scenario.tenants}
+        self._work_done = {t.name: 0.0 for t in self.scenario.tenants}
+        self._downtime_total_s = {t.name: 0.0 for t in self.scenario.tenants}
         self.totals = GoodputTerms()
         for t in self.scenario.inference_tenants():
             t.arrivals.reset(self.rng)
@@ -385,11 +388,50 @@ class NodeSimulator:
                 progress = st.best_effort_progress_s * (t.work_weight if isinstance(t, BestEffortJob) else 0.0)
                 st.terms = goodput_terms(weights, t.priority.value, best_effort_progress_s=progress, downtime_s=st.downtime_s)
             total = total + st.terms
+            self._tenant_terms[t.name] = self._tenant_terms[t.name] + st.terms
+            self._work_done[t.name] += st.training_samples + st.best_effort_progress_s
+            self._downtime_total_s[t.name] += st.downtime_s
         self.time_s = t1
         self.step_index += 1
         self.totals = self.totals + total
         self._last = stats
         return StepResult(t0, t1, stats, total, gpu_s, self.done)
+
+    def summary(self) -> dict[str, dict[str, float | int | str]]:
+        """Per tenant, totals since reset: request counts, SLO attainment, latency
+        percentiles (ms, from the whole run's histogram), Goodput terms, work done."""
+        result: dict[str, dict[str, float | int | str]] = {}
+        for t in self.scenario.tenants:
+            terms = self._tenant_terms[t.name]
+            entry: dict[str, float | int | str] = {"kind": t.kind}
+            if isinstance(t, InferenceTenant):
+                server = self._servers[t.name]
+                tot = server.totals
+                completed, dropped, on_time = int(tot[q.O_COMPLETED]), int(tot[q.O_DROPPED]), int(tot[q.O_ON_TIME])
+                decided = completed + dropped
+                entry.update(
+                    arrived=int(tot[q.O_ARRIVED]),
+                    completed=completed,
+                    dropped=dropped,
+                    queued_at_end=server.in_system(),
+                    on_time=on_time,
+                    slo_ms=t.slo_ms,
+                    slo_attainment=on_time / decided if decided else math.nan,
+                    latency_ms_mean=tot[q.O_LATENCY_SUM_S] * 1000.0 / completed if completed else math.nan,
+                    latency_ms_p50=q.percentile_ms(server.hist_total, 50.0),
+                    latency_ms_p99=q.percentile_ms(server.hist_total, 99.0),
+                    mean_batch=tot[q.O_BATCHED_REQUESTS] / tot[q.O_BATCHES] if tot[q.O_BATCHES] else math.nan,
+                    utilization=tot[q.O_BUSY_S] / self.time_s if self.time_s else 0.0,
+                )
+            elif isinstance(t, ContinualLearningJob):
+                entry.update(training_samples=self._work_done[t.name], accuracy=self.accuracy_of(t.serves))
+            else:
+                entry.update(best_effort_progress_s=self._work_done[t.name])
+            entry.update(downtime_s=self._downtime_total_s[t.name], goodput=terms.goodput, slo_penalty=terms.slo_penalty,
+                         best_effort_progress=terms.best_effort_progress, reconfiguration_cost=terms.reconfiguration_cost,
+                         objective=terms.total)
+            result[t.name] = entry
+        return result
 
     def _served_accuracy(self, name: str, st: TenantStepStats) -> float:
         """Accuracy of the serving model over the interval (mid-interval retraining progress)."""
