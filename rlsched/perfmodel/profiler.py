@@ -101,11 +101,16 @@ def profile_models(models: list[str], batches: list[int], device_name: str, out_
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             ms = measure_ms(model, shape, batch, device, iterations)
-            mem_mib = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else ""
+            if device.type == "cuda":
+                mem_mib = torch.cuda.max_memory_allocated(device) / 2**20
+            else:
+                # No allocator statistics off-GPU: weights + one input batch, a lower bound.
+                weights = sum(t.numel() * t.element_size() for t in model.parameters())
+                mem_mib = (weights + batch * 4 * int(np.prod(shape))) / 2**20
             p99 = float(np.percentile(ms, 99))
             rows.append({"model_name": name, "batch_size": batch, "latency": round(p99, 4), "latency_mean": round(float(ms.mean()), 4),
                          "latency_std": round(float(ms.std()), 4), "throughput": round(batch * 1000.0 / float(ms.mean()), 3),
-                         "mig_profile": instance, "fb_used_mean": mem_mib if mem_mib == "" else round(mem_mib, 1),
+                         "mig_profile": instance, "fb_used_mean": round(mem_mib, 3),
                          "device": device_name})
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / PROFILE_FILE
