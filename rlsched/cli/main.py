@@ -187,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated", help="calibrated: the performance model of issue 3; toy: an uncalibrated test model")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_simulate)
+
+    # Performance model: heavy imports (scipy, torch) happen inside the command functions.
+    from rlsched.perfmodel.commands import register as register_perfmodel
+    register_perfmodel(sub)
     return parser
 
 
