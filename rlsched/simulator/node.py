@@ -19,9 +19,11 @@ load) after its batch in flight drains. Requests keep queueing (and dropping whe
 is full) during the downtime.
 
 Sharing modes: ``mps`` and ``time-slice`` latencies come from the performance model with
-the co-runners; ``priority-fill`` (FIKIT) gives the highest-priority tenant of the instance
-its solo latency times (1 + ``priority_fill_overhead``) and serves the others at their
-solo speed scaled by the idle fraction the high-priority tenant left in the same interval.
+the co-runners. ``priority-fill`` (FIKIT): the highest-priority tenant of the instance gets
+the performance model's high-priority latency (solo plus FIKIT's overhead); the others run
+at their solo speed scaled by the idle fraction the high-priority tenant actually left in
+the same interval (measured here, request by request, rather than assumed from a busy
+fraction), never below the performance model's minimum idle fraction.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
 
 #: Under priority fill, low-priority work never gets less than this fraction of the
-#: instance (kernels still interleave at the high-priority tenant's gaps).
+#: instance; used only when the performance model does not state its own
+#: (``sharing-modes.yaml: priority_fill.min_idle_frac``).
 MIN_IDLE_FRACTION = 0.02
 #: Standard normal quantile of 0.99, to fit a lognormal to (mean, p99).
 Z99 = 2.3263478740408408
@@ -159,6 +162,8 @@ class NodeSimulator:
             if t.model not in known:
                 raise ValueError(f"scenario {scenario.name}: tenant {t.name} uses model {t.model!r}, unknown to the performance model ({', '.join(sorted(known))})")
         self._curve_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        sharing = getattr(perf_model, "_sharing", None)  # the calibrated model's sharing-modes.yaml
+        self.min_idle_fraction = float(sharing["priority_fill"]["min_idle_frac"]) if isinstance(sharing, dict) and "priority_fill" in sharing else MIN_IDLE_FRACTION
         self._seed = seed
         self.reset(seed)
 
@@ -269,18 +274,16 @@ class NodeSimulator:
                 others = tuple(CoRunner(o.model, info[o.name][6], info[o.name][0].mps_pct) for o in members if o is not t)
                 # MPS shares only mean something under MPS; priority fill computes from solo speed.
                 mps = p.mps_pct if mode == SharingMode.MPS else 100.0
-                colocated = () if fill else others
+                # A filler's curve is its solo one; the idle fraction scales it each interval.
+                colocated = () if fill and rank > 0 else others
                 slot = _Slot(t, p, key, mode, batch, rank, fill and rank > 0, oom)
                 if isinstance(t, InferenceTenant):
-                    mean_s, sigma = self._curve(t, batch, profile, slices, mps, mode, colocated)
-                    if fill and rank == 0:
-                        mean_s = mean_s * (1.0 + self.scenario.priority_fill_overhead)
-                    slot.service_mean_s, slot.service_sigma = mean_s, sigma
+                    slot.service_mean_s, slot.service_sigma = self._curve(t, batch, profile, slices, mps, mode, colocated)
                 elif isinstance(t, ContinualLearningJob):
-                    step_s = self.perf.train_step_s(gpu, t.model, batch, profile, mps, colocated)
+                    step_s = self.perf.train_step_s(gpu, t.model, batch, profile, mps, () if fill else colocated)
                     slot.work_rate = batch / step_s if step_s > 0 else 0.0
                 else:
-                    pred = self.perf.predict(gpu, t.model, batch, profile, mps, SharingMode.MPS if fill else mode, colocated, slices)
+                    pred = self.perf.predict(gpu, t.model, batch, profile, mps, SharingMode.MPS if fill else mode, () if fill else colocated, slices)
                     solo = self.perf.predict(gpu, t.model, batch)
                     slot.work_rate = pred.throughput_per_s / solo.throughput_per_s * t.tuning_throughput_factor(mps) if solo.throughput_per_s > 0 else 0.0
                 slots[t.name] = slot
@@ -291,7 +294,10 @@ class NodeSimulator:
         key = (t.model, batch, profile, slices, mps, mode, colocated, t.tuning_latency_factor(mps), self.scenario.service_jitter)
         cached = self._curve_cache.get(key)
         if cached is None:
-            mean_ms, p99_ms = self.perf.latency_curve_ms(self.scenario.gpu, t.model, batch, profile, mps, SharingMode.MPS if mode == SharingMode.PRIORITY_FILL else mode, colocated, slices)
+            if mode == SharingMode.PRIORITY_FILL:
+                mean_ms, p99_ms = self.perf.latency_curve_ms(self.scenario.gpu, t.model, batch, profile, mps, mode, colocated, slices, high_priority=bool(colocated))
+            else:
+                mean_ms, p99_ms = self.perf.latency_curve_ms(self.scenario.gpu, t.model, batch, profile, mps, mode, colocated, slices)
             mean_s = np.concatenate([[0.0], np.asarray(mean_ms, dtype=float)]) * (t.tuning_latency_factor(mps) / 1000.0)
             sigma = np.zeros_like(mean_s)
             if self.scenario.service_jitter:
@@ -362,7 +368,7 @@ class NodeSimulator:
             up_from = self._down_until[t.name]
             scale = 1.0
             if slot.fill_low:
-                scale = max(idle_fraction.get(slot.instance_key, 1.0), MIN_IDLE_FRACTION)
+                scale = max(idle_fraction.get(slot.instance_key, 1.0), self.min_idle_fraction)
             if slot.out_of_memory:
                 up_from = math.inf
             if isinstance(t, InferenceTenant):

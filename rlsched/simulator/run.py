@@ -26,10 +26,8 @@ def load_performance_model(kind: str = "calibrated") -> PerformanceModelLike:
         from rlsched.simulator.testing import FakePerformanceModel
 
         return FakePerformanceModel()
-    try:
-        from rlsched.perfmodel import PerformanceModel  # type: ignore[attr-defined]
-    except ImportError:
-        raise ConfigError("--perf-model", "perf-model", kind, "the calibrated performance model (rlsched.perfmodel) is not installed in this build; use --perf-model toy for an uncalibrated run") from None
+    from rlsched.perfmodel import PerformanceModel
+
     return PerformanceModel.load()
 
 
