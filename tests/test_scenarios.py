@@ -148,3 +148,11 @@ def test_observation_is_ready_for_a_policy(perf):
     obs = sim.observation()
     assert obs["resnet"]["queue_length"] >= 0 and 0 <= obs["resnet"]["accuracy"] <= 1
     assert "progress" in obs["retrain-resnet"]
+
+
+def test_cli_bad_scenario_file_exits_2_naming_file_field_and_value(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace("rate_rps: 100", "rate_rps: many"))
+    assert main(["simulate", "--scenario", str(path), "--layout", "7g@0", "--assign", "a=0"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "tenants[0].arrivals.rate_rps" in err and "'many'" in err

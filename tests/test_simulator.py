@@ -262,3 +262,12 @@ def test_unknown_model_is_rejected():
     with pytest.raises(ValueError, match="no-such-model"):
         NodeSimulator(scenario([bad]), FakePerformanceModel())
     assert math.isfinite(FakePerformanceModel().train_step_s(GPU, "toy-a", 8))
+
+
+def test_gpu_without_mig_is_one_instance_shared_by_mps():
+    tenants = four_tenants(rate=50.0)[:2]
+    sim = NodeSimulator(Scenario("v100", "v100-16gb", 1, 100.0, 10.0, tenants, service_jitter=False), FakePerformanceModel(), seed=10)
+    empty = parse_layout("", "v100-16gb")
+    cfg = Configuration((empty,), ((SharingMode.MPS,),), {"t0": TenantPlacement(0, 0, 50, 4), "t1": TenantPlacement(0, 0, 50, 4)})
+    result = sim.step(cfg)
+    assert all(st.completed > 0 and st.out_of_memory is False for st in result.tenants.values())

@@ -56,8 +56,11 @@ class FakePerformanceModel:
 
     def _fraction(self, gpu: str, profile: str | None, mps_pct: float, mode: SharingMode, colocated: Sequence[CoRunner], compute_slices: int | None) -> float:
         spec = load_gpu(gpu)
-        slices = compute_slices if compute_slices is not None else (spec.profiles[profile].compute_slices if profile else spec.compute_slices)
-        fraction = slices / spec.compute_slices
+        if not spec.mig_supported:
+            fraction = 1.0
+        else:
+            slices = compute_slices if compute_slices is not None else (spec.profiles[profile].compute_slices if profile else spec.compute_slices)
+            fraction = slices / spec.compute_slices
         if mode == SharingMode.TIME_SLICE:
             return fraction / (1 + len(colocated))
         return fraction * mps_pct / 100.0 / (1 + self.colocation_slowdown * len(colocated))
