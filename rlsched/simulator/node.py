@@ -461,7 +461,7 @@ class NodeSimulator:
                 mean_s = mean_s / speed
         q.serve_interval(arrivals, t0, t1, max(up_from, t0), server.wait_buf, server.flight_buf, server.state,
                          mean_s, sigma, batch, t.batch_timeout_ms / 1000.0, t.slo_ms / 1000.0, self.rng, server.hist_step, server.out)
-        q.close_interval(server.hist_step, server.hist_total, _P50_P99, server.percentiles_ms)
+        q.close_interval(server.hist_step, server.hist_total, _P50_P99, server.percentiles_ms, _EDGES_MS)
         out = server.out
         server.totals += out
         completed = int(out[q.O_COMPLETED])
@@ -499,3 +499,4 @@ class NodeSimulator:
 _NO_SERVICE_MEAN = np.array([0.0, 1.0])
 _NO_SERVICE_SIGMA = np.zeros(2)
 _P50_P99 = np.array([50.0, 99.0])
+_EDGES_MS = q.histogram_edges_ms()
