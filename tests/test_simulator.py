@@ -275,3 +275,16 @@ def test_gpu_without_mig_is_one_instance_shared_by_mps():
     cfg = Configuration((empty,), ((SharingMode.MPS,),), {"t0": TenantPlacement(0, 0, 50, 4), "t1": TenantPlacement(0, 0, 50, 4)})
     result = sim.step(cfg)
     assert all(st.completed > 0 and st.out_of_memory is False for st in result.tenants.values())
+
+
+def test_simulators_sharing_a_scenario_do_not_share_arrival_state():
+    s = scenario(four_tenants(), duration_s=100.0)
+    cfg = config(LAYOUT, spread())
+    alone = NodeSimulator(s, FakePerformanceModel(), seed=21)
+    expected = [alone.step(cfg).tenants["t1"].arrived for _ in range(5)]  # t1 is an MMPP
+    a, b = NodeSimulator(s, FakePerformanceModel(), seed=21), NodeSimulator(s, FakePerformanceModel(), seed=99)
+    interleaved = []
+    for _ in range(5):
+        interleaved.append(a.step(cfg).tenants["t1"].arrived)
+        b.step(cfg)
+    assert interleaved == expected
