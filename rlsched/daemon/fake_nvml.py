@@ -372,16 +372,16 @@ class FakeNvml:
         info.busId = f"00000000:{0x10 + gpu.index:02X}:00.0".encode()
         return info
 
-    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
         self._call("nvmlDeviceGetMigMode")()
-        gpu = self._device(handle, need_mig=False)
+        gpu = self._device(device, need_mig=False)
         if not gpu.spec.mig_supported:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return [gpu.mig_current, gpu.mig_pending]
 
-    def nvmlDeviceSetMigMode(self, handle: Any, mode: int) -> int:
+    def nvmlDeviceSetMigMode(self, device: Any, mode: int) -> int:
         check = self._call("nvmlDeviceSetMigMode")
-        gpu = self._device(handle, need_mig=False)
+        gpu = self._device(device, need_mig=False)
         if not gpu.spec.mig_supported:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if gpu.gis:

@@ -122,10 +122,13 @@ def _nvml_name(raw: Any) -> str:
 def read_gi_profiles(nvml: Any, device: Any, indices: Sequence[int] | None = None) -> dict[int, NvmlGiProfile]:
     """Every GI profile the device supports, keyed by NVML profile index.
 
-    :param indices: the profile indices to ask about (None: every index NVML defines)
+    :param indices: the profile indices to ask about, every error raised: the backend asks
+        for what the catalog promises, and a profile misread as unsupported would hide its
+        GIs from every later read. None asks about every index NVML defines and skips the
+        unsupported ones (the probe, on GPUs the catalog may not know).
     """
     found: dict[int, NvmlGiProfile] = {}
-    skip = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT)
+    skip = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT) if indices is None else ()
     for index in indices if indices is not None else range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         try:
             info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(device, index)
@@ -196,11 +199,21 @@ def match_catalog(spec: GpuSpec, profiles: dict[int, NvmlGiProfile]) -> CatalogM
     return CatalogMatch(ids, tuple(mismatches), frozenset(unusable))
 
 
-def _ci_profiles(nvml: Any, gi_handle: Any) -> list[tuple[int, int, int]]:
-    """(CI profile id, compute slices, max count) of every CI profile this GI supports."""
+def ci_profile_index(nvml: Any, compute_slices: int) -> int:
+    """The ``NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE`` index of a CI of ``compute_slices``."""
+    return getattr(nvml, f"NVML_COMPUTE_INSTANCE_PROFILE_{compute_slices}_SLICE")
+
+
+def _ci_profiles(nvml: Any, gi_handle: Any, indices: Sequence[int] | None) -> list[tuple[int, int, int]]:
+    """(CI profile id, compute slices, max count) of the CI profiles of a GI.
+
+    :param indices: the CI profile indices to ask about, every error raised (the backend
+        asks for what the catalog promises); None asks about every index NVML defines and
+        skips the unsupported ones (the probe, on GPUs the catalog may not know)
+    """
     found = []
-    skip = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT)
-    for index in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+    skip = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT) if indices is None else ()
+    for index in indices if indices is not None else range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
         try:
             info = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, index, nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
         except nvml.NVMLError as exc:
@@ -217,16 +230,19 @@ class InstanceReader:
     :param nvml: the pynvml module (or a fake)
     :param device: NVML device handle
     :param profiles: NVML profile id -> (name to report, max count)
+    :param ci_indices: NVML profile id -> the CI profile indices its GIs must offer (None:
+        discover them, skipping unsupported ones)
     """
 
-    def __init__(self, nvml: Any, device: Any, profiles: dict[int, tuple[str, int]]) -> None:
-        self.nvml, self.device, self.profiles = nvml, device, profiles
+    def __init__(self, nvml: Any, device: Any, profiles: dict[int, tuple[str, int]], ci_indices: dict[int, list[int]] | None = None) -> None:
+        self.nvml, self.device, self.profiles, self.ci_indices = nvml, device, profiles, ci_indices
         self._ci_cache: dict[int, list[tuple[int, int, int]]] = {}
 
     def ci_profiles(self, gi_profile_id: int, gi_handle: Any) -> list[tuple[int, int, int]]:
         """(CI profile id, compute slices, max count) for GIs of this profile."""
         if gi_profile_id not in self._ci_cache:
-            self._ci_cache[gi_profile_id] = _ci_profiles(self.nvml, gi_handle)
+            indices = None if self.ci_indices is None else self.ci_indices[gi_profile_id]
+            self._ci_cache[gi_profile_id] = _ci_profiles(self.nvml, gi_handle, indices)
         return self._ci_cache[gi_profile_id]
 
     def read(self) -> list[ObservedGi]:
@@ -483,9 +499,13 @@ class NvmlMigBackend:
 
     # -------------------------------------------------------------- reading
 
-    def devices(self) -> list[_Device]:
-        """The node's GPUs with their catalog type and profile ids (read once, then cached)."""
-        if self._devices is None:
+    def devices(self, refresh: bool = True) -> list[_Device]:
+        """The node's GPUs with their catalog type, MIG mode and profile ids.
+
+        :param refresh: read them again (every public call does: MIG mode and handles can
+            change under us, and a transient error must not stick)
+        """
+        if self._devices is None or refresh:
             nvml = self.nvml
             version = nvml.nvmlSystemGetDriverVersion()
             self.driver_major = int(str(version).split(".")[0])
@@ -505,7 +525,11 @@ class NvmlMigBackend:
                     else:  # profile queries need MIG on; nothing to read or create anyway
                         match = CatalogMatch({}, (), frozenset())
                 profiles = {pid: (name, spec.profiles[name].max_count) for name, pid in match.profile_ids.items()}
-                devices.append(_Device(index, handle, spec, current, pending, match, InstanceReader(nvml, handle, profiles)))
+                ci_indices = {
+                    pid: [ci_profile_index(nvml, ci.compute_slices) for ci in spec.compute_instance_profiles[spec.profiles[name].compute_slices]]
+                    for name, pid in match.profile_ids.items()
+                }
+                devices.append(_Device(index, handle, spec, current, pending, match, InstanceReader(nvml, handle, profiles, ci_indices)))
             self._devices = devices
         return self._devices
 
@@ -575,7 +599,7 @@ class NvmlMigBackend:
             raise BackendError(f"NVML: {_describe(exc)}") from exc
 
     def _plan(self, targets: Sequence[Layout], observed: dict[int, list[ObservedGi]]) -> NodePlan:
-        devices = self.devices()
+        devices = self.devices(refresh=False)
         if len(targets) != len(devices):
             raise BackendError(f"{len(targets)} target layouts for a node of {len(devices)} GPUs")
         plans = []
@@ -624,7 +648,7 @@ class NvmlMigBackend:
             if gpu_plan.change.is_noop and all(o.compute_instances for o in observed[device.index]):
                 report.outcome = "unchanged"
                 continue
-            self._apply_one(device, report)
+            self._apply_one(device, report, observed[device.index])
             if report.outcome != "applied" and self.node_atomic:
                 for earlier in reports[: device.index]:
                     if earlier.outcome == "applied":
@@ -634,9 +658,9 @@ class NvmlMigBackend:
                 break
         return ApplyReport(False, plan, reports)
 
-    def _apply_one(self, device: _Device, report: GpuApplyReport) -> None:
+    def _apply_one(self, device: _Device, report: GpuApplyReport, observed: list[ObservedGi]) -> None:
         try:
-            self._reconcile(device, report.target, report.operations, rollback=False)
+            self._reconcile(device, report.target, report.operations, rollback=False, observed=observed)
             report.final = self._verify(device, report.target)
             report.outcome = "applied"
         except (self.nvml.NVMLError, VerifyError) as exc:
@@ -666,18 +690,19 @@ class NvmlMigBackend:
             raise VerifyError(f"GIs without a compute instance: {', '.join(bare)}")
         return seen
 
-    def _reconcile(self, device: _Device, target: Layout, ops: list[Operation], rollback: bool) -> None:
-        """Drive the GPU from whatever it holds now to ``target`` with the fewest changes.
+    def _reconcile(self, device: _Device, target: Layout, ops: list[Operation], rollback: bool, observed: list[ObservedGi] | None = None) -> None:
+        """Drive the GPU from what it holds to ``target`` with the fewest changes.
 
-        The same routine applies and rolls back: it re-reads the hardware first, so a
-        half-finished apply (or a call whose reply was lost) is taken as it really is.
+        The same routine applies and rolls back. A rollback passes no ``observed`` and so
+        re-reads the hardware: a half-finished apply (or a call whose reply was lost) is
+        taken as it really is. The forward path reuses the read its plan was made from.
         """
-        observed = {o.instance: o for o in self._observe(device)}
-        change = change_plan(Layout(device.spec.name, tuple(observed)), target)
+        observed_map = {o.instance: o for o in (self._observe(device) if observed is None else observed)}
+        change = change_plan(Layout(device.spec.name, tuple(observed_map)), target)
         for gi in change.destroyed:
-            for ci in observed[gi].compute_instances:
+            for ci in observed_map[gi].compute_instances:
                 self._do(ops, "destroy-ci", gi, rollback, self.nvml.nvmlComputeInstanceDestroy, ci.handle)
-            self._do(ops, "destroy-gi", gi, rollback, self.nvml.nvmlGpuInstanceDestroy, observed[gi].handle)
+            self._do(ops, "destroy-gi", gi, rollback, self.nvml.nvmlGpuInstanceDestroy, observed_map[gi].handle)
         for gi in change.created:
             profile_id = device.match.profile_ids[gi.profile]
             placement = self.nvml.c_nvmlGpuInstancePlacement_t(gi.start, device.spec.profiles[gi.profile].memory_slices)
@@ -688,14 +713,14 @@ class NvmlMigBackend:
             self._create_full_ci(device, gi, profile_id, handle, ops, rollback)
         for gi in change.kept:
             # A CI destroyed by an interrupted apply leaves its GI unusable: give it one back.
-            if not observed[gi].compute_instances:
-                self._create_full_ci(device, gi, observed[gi].profile_id, observed[gi].handle, ops, rollback)
+            if not observed_map[gi].compute_instances:
+                self._create_full_ci(device, gi, observed_map[gi].profile_id, observed_map[gi].handle, ops, rollback)
 
     def _create_full_ci(self, device: _Device, gi: GpuInstance, profile_id: int, handle: Any, ops: list[Operation], rollback: bool) -> None:
         slices = device.spec.profiles[gi.profile].compute_slices
         full = [pid for pid, ci_slices, _ in device.reader.ci_profiles(profile_id, handle) if ci_slices == slices]
         if not full:
-            raise VerifyError(f"{gi.spec()}: NVML offers no {slices}-slice compute instance profile")
+            raise VerifyError(f"{gi.spec()}: NVML offers no {slices}-slice compute instance profile (catalog: {device.spec.source_file})")
         self._do(ops, "create-ci", gi, rollback, self.nvml.nvmlGpuInstanceCreateComputeInstance, handle, full[0])
 
     def _do(self, ops: list[Operation], kind: str, gi: GpuInstance, rollback: bool, function: Callable[..., Any], *args: Any) -> Any:
