@@ -1,6 +1,7 @@
 """The NVML MIG backend against the fake NVML: plans, retries, verification, rollback, faults."""
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pynvml
@@ -247,8 +248,9 @@ def test_after_any_fault_the_gpu_is_in_the_old_or_the_new_layout(scenario, call_
 
 def test_the_fault_matrix_reaches_rollbacks_that_restore_destroyed_instances():
     outcomes = {"applied": 0, "restored": 0, "rolled-back": 0, "refused": 0}
-    for scenario, k in CASES:
-        _, report, _ = run_scenario(scenario, (k, pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, False))
+    # IN_USE on a change is retried (applied); any other fault during the change rolls back.
+    for (scenario, k), code in itertools.product(CASES, [pynvml.NVML_ERROR_IN_USE, pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES]):
+        _, report, _ = run_scenario(scenario, (k, code, False))
         if report is None:
             outcomes["refused"] += 1
         elif report.gpus[0].outcome == "applied":
