@@ -272,6 +272,20 @@ class InstanceReader:
         return sorted(observed, key=lambda o: o.instance)
 
 
+def read_mig_uuids(nvml: Any, device: Any) -> dict[int, str]:
+    """GI id -> ``MIG-...`` UUID of its first MIG device (compute instance), from NVML."""
+    found: dict[int, str] = {}
+    for mig_index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(device)):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(device, mig_index)
+        except nvml.NVMLError as exc:
+            if exc.value == nvml.NVML_ERROR_NOT_FOUND:  # indices need not be dense
+                continue
+            raise
+        found.setdefault(nvml.nvmlDeviceGetGpuInstanceId(mig), nvml.nvmlDeviceGetUUID(mig))
+    return found
+
+
 def catalog_gpu_for_pci_id(pci_device_id: int) -> GpuSpec | None:
     """The catalog GPU type with this PCI device id (e.g. ``0x20B010DE``), or None."""
     for name in gpu_names():
@@ -570,21 +584,9 @@ class NvmlMigBackend:
             raise BackendError(f"NVML: {_describe(exc)}") from exc
 
     def _mig_device_uuids(self, gpu_index: int) -> dict[GpuInstance, str]:
-        nvml = self.nvml
         device = self.devices()[gpu_index]
         by_gi_id = {o.gi_id: o.instance for o in self._observe(device)}
-        found: dict[GpuInstance, str] = {}
-        for mig_index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(device.handle)):
-            try:
-                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(device.handle, mig_index)
-            except nvml.NVMLError as exc:
-                if exc.value == nvml.NVML_ERROR_NOT_FOUND:
-                    continue
-                raise
-            gi = by_gi_id.get(nvml.nvmlDeviceGetGpuInstanceId(mig))
-            if gi is not None and gi not in found:
-                found[gi] = nvml.nvmlDeviceGetUUID(mig)
-        return found
+        return {by_gi_id[gi_id]: uuid for gi_id, uuid in read_mig_uuids(self.nvml, device.handle).items() if gi_id in by_gi_id}
 
     # -------------------------------------------------------------- planning
 
