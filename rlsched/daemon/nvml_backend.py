@@ -21,6 +21,7 @@ Nothing changes unless ``apply(..., dry_run=False)`` is called.
 from __future__ import annotations
 
 import ctypes
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -135,6 +136,7 @@ def read_gi_profiles(nvml: Any, device: Any, indices: Sequence[int] | None = Non
         except nvml.NVMLError as exc:
             if exc.value in skip:  # this device has no such profile
                 continue
+            exc.function = f"nvmlDeviceGetGpuInstanceProfileInfo(profile index {index})"  # name the profile
             raise
         count = ctypes.c_uint(0)
         nvml.nvmlDeviceGetGpuInstancePossiblePlacements(device, info.id, None, ctypes.byref(count))
@@ -456,8 +458,43 @@ class ApplyReport:
 # ---------------------------------------------------------------------------- the backend
 
 
+class _NamingNvml:
+    """Wraps an NVML module so that every NVMLError it raises names the call (``exc.function``)."""
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._nvml, name)
+        if not (name.startswith("nvml") and callable(value)):
+            return value
+        error_class = self._nvml.NVMLError
+
+        @functools.wraps(value)
+        def named(*args: Any) -> Any:
+            try:
+                return value(*args)
+            except error_class as exc:
+                if not getattr(exc, "function", None):
+                    exc.function = name
+                raise
+
+        return named
+
+
 @dataclass
-class _Device:
+class NvmlDevice:
+    """One GPU of the node as the backend sees it.
+
+    :param index: NVML device index
+    :param handle: NVML device handle (valid until the driver resets)
+    :param spec: its catalog GPU type
+    :param mig_current: NVML's current MIG mode
+    :param mig_pending: the mode after the next reset
+    :param match: NVML profile ids and catalog mismatches
+    :param reader: reads its GIs and CIs
+    """
+
     index: int
     handle: Any
     spec: GpuSpec
@@ -498,10 +535,10 @@ class NvmlMigBackend:
     ) -> None:
         if nvml is None:
             import pynvml as nvml
-        self.nvml = nvml
+        self.nvml = _NamingNvml(nvml)
         self.gpu_types = list(gpu_types) if gpu_types is not None else None
         self.retry, self.sleep, self.clock, self.node_atomic = retry, sleep, clock, node_atomic
-        self._devices: list[_Device] | None = None
+        self._devices: list[NvmlDevice] | None = None
         self.driver_major: int | None = None
 
     def __enter__(self) -> NvmlMigBackend:
@@ -513,7 +550,7 @@ class NvmlMigBackend:
 
     # -------------------------------------------------------------- reading
 
-    def devices(self, refresh: bool = True) -> list[_Device]:
+    def devices(self, refresh: bool = True) -> list[NvmlDevice]:
         """The node's GPUs with their catalog type, MIG mode and profile ids.
 
         :param refresh: read them again (every public call does: MIG mode and handles can
@@ -543,7 +580,7 @@ class NvmlMigBackend:
                     pid: [ci_profile_index(nvml, ci.compute_slices) for ci in spec.compute_instance_profiles[spec.profiles[name].compute_slices]]
                     for name, pid in match.profile_ids.items()
                 }
-                devices.append(_Device(index, handle, spec, current, pending, match, InstanceReader(nvml, handle, profiles, ci_indices)))
+                devices.append(NvmlDevice(index, handle, spec, current, pending, match, InstanceReader(nvml, handle, profiles, ci_indices)))
             self._devices = devices
         return self._devices
 
@@ -557,13 +594,13 @@ class NvmlMigBackend:
             raise BackendError(f"GPU {index}: PCI device id 0x{pci_id:08X} is in no catalog file (known: {', '.join(gpu_names())}); pass gpu_types")
         return detected
 
-    def _observe(self, device: _Device) -> list[ObservedGi]:
+    def _observe(self, device: NvmlDevice) -> list[ObservedGi]:
         if device.mig_current != self.nvml.NVML_DEVICE_MIG_ENABLE:
             return []
         return device.reader.read()
 
     @staticmethod
-    def _layout_of(device: _Device, observed: list[ObservedGi]) -> Layout:
+    def _layout_of(device: NvmlDevice, observed: list[ObservedGi]) -> Layout:
         return Layout(device.spec.name, tuple(o.instance for o in observed))
 
     def read_layouts(self) -> list[Layout]:
@@ -660,7 +697,7 @@ class NvmlMigBackend:
                 break
         return ApplyReport(False, plan, reports)
 
-    def _apply_one(self, device: _Device, report: GpuApplyReport, observed: list[ObservedGi]) -> None:
+    def _apply_one(self, device: NvmlDevice, report: GpuApplyReport, observed: list[ObservedGi]) -> None:
         try:
             self._reconcile(device, report.target, report.operations, rollback=False, observed=observed)
             report.final = self._verify(device, report.target)
@@ -668,7 +705,7 @@ class NvmlMigBackend:
         except (self.nvml.NVMLError, VerifyError) as exc:
             self._roll_back(device, report, _describe(exc))
 
-    def _roll_back(self, device: _Device, report: GpuApplyReport, why: str) -> None:
+    def _roll_back(self, device: NvmlDevice, report: GpuApplyReport, why: str) -> None:
         report.error = why
         try:
             self._reconcile(device, report.old, report.operations, rollback=True)
@@ -682,7 +719,7 @@ class NvmlMigBackend:
             except self.nvml.NVMLError:
                 report.final = None
 
-    def _verify(self, device: _Device, expected: Layout) -> Layout:
+    def _verify(self, device: NvmlDevice, expected: Layout) -> Layout:
         observed = self._observe(device)
         seen = self._layout_of(device, observed)
         if seen != expected:
@@ -692,7 +729,7 @@ class NvmlMigBackend:
             raise VerifyError(f"GIs without a compute instance: {', '.join(bare)}")
         return seen
 
-    def _reconcile(self, device: _Device, target: Layout, ops: list[Operation], rollback: bool, observed: list[ObservedGi] | None = None) -> None:
+    def _reconcile(self, device: NvmlDevice, target: Layout, ops: list[Operation], rollback: bool, observed: list[ObservedGi] | None = None) -> None:
         """Drive the GPU from what it holds to ``target`` with the fewest changes.
 
         The same routine applies and rolls back. A rollback passes no ``observed`` and so
@@ -718,7 +755,7 @@ class NvmlMigBackend:
             if not observed_map[gi].compute_instances:
                 self._create_full_ci(device, gi, observed_map[gi].profile_id, observed_map[gi].handle, ops, rollback)
 
-    def _create_full_ci(self, device: _Device, gi: GpuInstance, profile_id: int, handle: Any, ops: list[Operation], rollback: bool) -> None:
+    def _create_full_ci(self, device: NvmlDevice, gi: GpuInstance, profile_id: int, handle: Any, ops: list[Operation], rollback: bool) -> None:
         slices = device.spec.profiles[gi.profile].compute_slices
         full = [pid for pid, ci_slices, _ in device.reader.ci_profiles(profile_id, handle) if ci_slices == slices]
         if not full:
@@ -733,7 +770,6 @@ class NvmlMigBackend:
             try:
                 result = function(*args)
             except self.nvml.NVMLError as exc:
-                exc.function = function.__name__  # so the report names the call
                 if exc.value != self.nvml.NVML_ERROR_IN_USE or attempt == self.retry.attempts:
                     ops.append(Operation(kind, gi, started, self.clock(), attempt, False, rollback))
                     raise
