@@ -5,7 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from rlsched.daemon.mps import MPS_CONTROL, ClientTarget, MpsError, MpsManager, SubprocessRunner, TenantClient, client_targets
+from rlsched.daemon.mps import (
+    MPS_CONTROL,
+    ClientTarget,
+    MpsError,
+    MpsManager,
+    SubprocessRunner,
+    TenantClient,
+    client_targets,
+)
 from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.hardware import parse_layout
 
@@ -74,7 +82,7 @@ def test_changing_one_share_restarts_only_that_client(manager):
 
 
 def test_moving_away_quits_the_unused_daemon_through_its_pipe(manager):
-    mps, recorder, root = manager
+    mps, recorder, _ = manager
     mps.apply({"resnet": ClientTarget(MIG_A, 100.0)}, dry_run=False)
     mps.apply({"resnet": ClientTarget(MIG_B, None)}, dry_run=False)  # time slicing on another instance
     assert recorder.started[-1][1] == {"PATH": "/usr/bin", "MODEL_DIR": "/m", "CUDA_VISIBLE_DEVICES": MIG_B}

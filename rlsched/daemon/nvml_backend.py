@@ -25,7 +25,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from rlsched.errors import RlschedError
 from rlsched.hardware.catalog import GpuSpec, gpu_names, load_gpu
@@ -458,7 +458,7 @@ class ApplyReport:
 # ---------------------------------------------------------------------------- the backend
 
 
-class _NamingNvml:
+class NamingNvml:
     """Wraps an NVML module so that every NVMLError it raises names the call (``exc.function``)."""
 
     def __init__(self, nvml: Any) -> None:
@@ -535,13 +535,13 @@ class NvmlMigBackend:
     ) -> None:
         if nvml is None:
             import pynvml as nvml
-        self.nvml = _NamingNvml(nvml)
+        self.nvml = NamingNvml(nvml)
         self.gpu_types = list(gpu_types) if gpu_types is not None else None
         self.retry, self.sleep, self.clock, self.node_atomic = retry, sleep, clock, node_atomic
         self._devices: list[NvmlDevice] | None = None
         self.driver_major: int | None = None
 
-    def __enter__(self) -> NvmlMigBackend:
+    def __enter__(self) -> Self:
         self.nvml.nvmlInit()
         return self
 
@@ -608,7 +608,7 @@ class NvmlMigBackend:
         try:
             return [self._layout_of(d, self._observe(d)) for d in self.devices()]
         except self.nvml.NVMLError as exc:
-            raise BackendError(f"NVML: {_describe(exc)}") from exc
+            raise BackendError(f"NVML: {describe_nvml_error(exc)}") from exc
 
     def mig_device_uuids(self, gpu_index: int) -> dict[GpuInstance, str]:
         """GI -> the ``MIG-...`` UUID of its (first) compute instance: what ``CUDA_VISIBLE_DEVICES`` takes.
@@ -618,10 +618,12 @@ class NvmlMigBackend:
         try:
             return self._mig_device_uuids(gpu_index)
         except self.nvml.NVMLError as exc:
-            raise BackendError(f"NVML: {_describe(exc)}") from exc
+            raise BackendError(f"NVML: {describe_nvml_error(exc)}") from exc
 
     def _mig_device_uuids(self, gpu_index: int) -> dict[GpuInstance, str]:
         device = self.devices()[gpu_index]
+        if device.mig_current != self.nvml.NVML_DEVICE_MIG_ENABLE:
+            return {}
         by_gi_id = {o.gi_id: o.instance for o in self._observe(device)}
         return {by_gi_id[gi_id]: uuid for gi_id, uuid in read_mig_uuids(self.nvml, device.handle).items() if gi_id in by_gi_id}
 
@@ -635,7 +637,7 @@ class NvmlMigBackend:
         try:
             return self._plan(targets, {d.index: self._observe(d) for d in self.devices()})
         except self.nvml.NVMLError as exc:
-            raise BackendError(f"NVML: {_describe(exc)}") from exc
+            raise BackendError(f"NVML: {describe_nvml_error(exc)}") from exc
 
     def _plan(self, targets: Sequence[Layout], observed: dict[int, list[ObservedGi]]) -> NodePlan:
         devices = self.devices(refresh=False)
@@ -676,7 +678,7 @@ class NvmlMigBackend:
             devices = self.devices()
             observed = {d.index: self._observe(d) for d in devices}
         except self.nvml.NVMLError as exc:
-            raise BackendError(f"NVML, before any change: {_describe(exc)}") from exc
+            raise BackendError(f"NVML, before any change: {describe_nvml_error(exc)}") from exc
         plan = self._plan(targets, observed)
         reports = [GpuApplyReport(p.gpu_index, "planned", p.current, p.target, p.current) for p in plan.gpus]
         if dry_run:
@@ -703,7 +705,7 @@ class NvmlMigBackend:
             report.final = self._verify(device, report.target)
             report.outcome = "applied"
         except (self.nvml.NVMLError, VerifyError) as exc:
-            self._roll_back(device, report, _describe(exc))
+            self._roll_back(device, report, describe_nvml_error(exc))
 
     def _roll_back(self, device: NvmlDevice, report: GpuApplyReport, why: str) -> None:
         report.error = why
@@ -713,7 +715,7 @@ class NvmlMigBackend:
             report.outcome = "rolled-back"
         except (self.nvml.NVMLError, VerifyError) as exc:
             report.outcome = "broken"
-            report.error = f"{why}; rollback failed: {_describe(exc)}"
+            report.error = f"{why}; rollback failed: {describe_nvml_error(exc)}"
             try:
                 report.final = self._layout_of(device, self._observe(device))
             except self.nvml.NVMLError:
@@ -780,7 +782,7 @@ class NvmlMigBackend:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _describe(exc: BaseException) -> str:
+def describe_nvml_error(exc: BaseException) -> str:
     """One line naming the NVML call, the error class and its code (e.g. ``NVMLError_InUse (code 19)``)."""
     function = getattr(exc, "function", None)
     code = getattr(exc, "value", None)

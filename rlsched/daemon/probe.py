@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlsched.daemon.nvml_backend import InstanceReader, catalog_gpu_for_pci_id, match_catalog, read_gi_profiles, read_mig_uuids
+from rlsched.daemon.nvml_backend import (
+    BackendError,
+    InstanceReader,
+    NamingNvml,
+    catalog_gpu_for_pci_id,
+    describe_nvml_error,
+    match_catalog,
+    read_gi_profiles,
+    read_mig_uuids,
+)
 from rlsched.errors import RlschedError
 
 
@@ -132,6 +141,7 @@ def probe_node(nvml: Any = None) -> ProbeReport:
             import pynvml as nvml
         except ImportError as exc:
             raise NoDriverError(f"the nvidia-ml-py package (module pynvml) is not installed: {exc}") from exc
+    nvml = NamingNvml(nvml)
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
@@ -141,5 +151,10 @@ def probe_node(nvml: Any = None) -> ProbeReport:
         ) from exc
     try:
         return probe(nvml)
+    except nvml.NVMLError as exc:
+        raise BackendError(f"NVML failed while probing: {describe_nvml_error(exc)}") from exc
     finally:
-        nvml.nvmlShutdown()
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass  # a failing shutdown (e.g. a lost GPU) must not hide the report or the first error
