@@ -136,3 +136,28 @@ def test_the_real_runner_passes_argument_lists_without_a_shell(monkeypatch):
     monkeypatch.setattr(subprocess, "run", fake_run)
     assert SubprocessRunner().run([MPS_CONTROL], {"A": "1"}, "quit\n") == 0
     assert seen["argv"] == [MPS_CONTROL] and seen["input"] == "quit\n" and not seen.get("shell")
+
+
+def test_a_decision_applied_end_to_end_on_the_fake_node(tmp_path):
+    """The daemon loop's order: stop tenants of destroyed instances, MIG, UUIDs, MPS."""
+    from rlsched.daemon.fake_nvml import FakeNvml
+    from rlsched.daemon.nvml_backend import NvmlMigBackend
+
+    fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
+    backend = NvmlMigBackend(fake, sleep=fake.sleep, clock=fake.clock)
+    recorder = Recorder()
+    mps = MpsManager({"a": TenantClient(("serve", "a")), "b": TenantClient(("serve", "b"))}, recorder, tmp_path / "p", tmp_path / "l", {})
+    old_layout = backend.read_layouts()[0]
+    mps.apply(client_targets(Configuration((old_layout,), ((SharingMode.MPS,),), {"a": TenantPlacement(0, 0, 50), "b": TenantPlacement(0, 0, 50)}), [backend.mig_device_uuids(0)]), dry_run=False)
+
+    layout = parse_layout("4g@0,3g@4", "a100-40gb")
+    config = Configuration((layout,), ((SharingMode.MPS, SharingMode.MPS),), {"a": TenantPlacement(0, 0, 100), "b": TenantPlacement(0, 1, 100)})
+    plan = backend.plan([layout])
+    on_destroyed = [t for t, p in mps.running.items() if any(gi.spec() == "7g.40gb@0" for gi in plan.gpus[0].change.destroyed)]
+    mps.stop_tenants(on_destroyed)
+    assert backend.apply([layout], dry_run=False).ok
+    uuids = backend.mig_device_uuids(0)
+    mps.apply(client_targets(config, [uuids]), dry_run=False)
+    started = {env["CUDA_VISIBLE_DEVICES"] for _, env in recorder.started[-2:]}
+    assert started == {uuids[layout.instances[0]], uuids[layout.instances[1]]}
+    assert mps.daemons == set(uuids.values())  # the 7g's daemon was quit, one per new instance started

@@ -260,3 +260,36 @@ def test_the_fault_matrix_reaches_rollbacks_that_restore_destroyed_instances():
         else:
             outcomes["rolled-back"] += 1
     assert all(count > 0 for count in outcomes.values()), outcomes
+
+
+NODE = [("a100-40gb", "3g@0,3g@4", "3g@0,2g@4,1g@6"), ("a100-40gb", "7g@0", "4g@0,3g@4")]
+
+
+def run_node(fault=None):
+    fake = FakeNvml([gpu for gpu, _, _ in NODE], layouts=[old for _, old, _ in NODE])
+    backend = backend_for(fake)
+    if fault is not None:
+        fake.inject_fault(*fault[:2], after_effect=fault[2])
+    start = len(fake.calls)
+    try:
+        report = backend.apply(layouts(*[(gpu, new) for gpu, _, new in NODE]), dry_run=False)
+    except BackendError:
+        report = None
+    return fake, report, len(fake.calls) - start
+
+
+NODE_CALLS = run_node()[2]
+
+
+@pytest.mark.parametrize("after_effect", [False, True], ids=["before-effect", "lost-reply"])
+@pytest.mark.parametrize("call_index", range(NODE_CALLS))
+def test_after_any_fault_the_whole_node_is_in_the_old_or_the_new_configuration(call_index, after_effect):
+    fake, report, _ = run_node((call_index, pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, after_effect))
+    state = [fake.layout(i) for i in range(len(NODE))]
+    old = [parse_layout(spec, gpu) for gpu, spec, _ in NODE]
+    new = [parse_layout(spec, gpu) for gpu, _, spec in NODE]
+    assert state in (old, new)
+    assert report is None or report.ok == (state == new)
+    assert not any(fake.gis_without_ci(i) for i in range(len(NODE)))
+    if report is not None:
+        assert all(g.unavailable_s <= DECISION_INTERVAL_S for g in report.gpus)
