@@ -235,7 +235,7 @@ def test_ten_thousand_random_requests_all_repair_to_feasible_configurations():
     current = None
     for i in range(10_000):  # ~60 s: small nodes, so the count stays
         gpus = (gpu_types[i % len(gpu_types)],)
-        problem = random_problem(rng, gpus, int(rng.integers(1, 4)))
+        problem = random_problem(rng, gpus, int(rng.integers(1, 3)))
         # Every fourth request follows the previous one, so the reconfiguration terms act.
         running = current if current is not None and i % 4 == 1 and current.layouts[0].gpu == gpus[0] else None
         result = repair(problem, running if running and set(running.placements) <= set(problem.tenants) else None)

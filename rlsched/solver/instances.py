@@ -112,25 +112,31 @@ class GpuTable:
                 held[k] = True
         return held, other_s
 
+    @functools.cached_property
+    def _incidence(self) -> np.ndarray:
+        """Layout x candidate 0/1 matrix: which candidates each layout holds."""
+        matrix = np.zeros((len(self.layouts), len(self.candidates)))
+        for l, members in enumerate(self.layout_members):
+            matrix[l, list(members)] = 1.0
+        return matrix
+
+    @functools.cached_property
+    def _holders(self) -> tuple[tuple[int, ...], ...]:
+        """Per candidate, the indices of the layouts that hold it."""
+        return tuple(tuple(int(l) for l in np.flatnonzero(column)) for column in self._incidence.T)
+
     def _add_layout_selection(self, milp: Milp, cost_per_s: float, anchor: Layout) -> list[int]:
         held, other_s = self._anchor_mask(anchor)
+        # Seconds of change_plan(anchor, layout) for every layout at once: destroy what the
+        # anchor holds and the layout lacks, create what the layout holds and the anchor lacks.
         destroy_all = float(self.destroy_s[held].sum()) + other_s
-        # Seconds of change_plan(anchor, layout) from the arrays: destroy what the anchor holds
-        # and the layout lacks, create what the layout holds and the anchor lacks.
-        layout_cols = []
-        for members in self.layout_members:
-            idx = list(members)
-            keep = held[idx]
-            seconds = destroy_all - float(self.destroy_s[idx][keep].sum()) + float(self.create_s[idx][~keep].sum())
-            layout_cols.append(milp.add_binary(cost_per_s * seconds))
+        seconds = destroy_all - self._incidence @ np.where(held, self.destroy_s, 0.0) + self._incidence @ np.where(held, 0.0, self.create_s)
+        first = milp.num_columns
+        layout_cols = [milp.add_binary(float(c)) for c in cost_per_s * seconds]
         milp.add_row(layout_cols, [1.0] * len(layout_cols), 1.0, 1.0)
         exists = [milp.add_column(0.0) for _ in self.candidates]
-        holders: list[list[int]] = [[] for _ in self.candidates]
-        for col, members in zip(layout_cols, self.layout_members):
-            for k in members:
-                holders[k].append(col)
-        for k, cols in enumerate(holders):
-            milp.add_row([exists[k], *cols], [1.0] + [-1.0] * len(cols), 0.0, 0.0)
+        for k, holders in enumerate(self._holders):
+            milp.add_row([exists[k], *(first + l for l in holders)], [1.0] + [-1.0] * len(holders), 0.0, 0.0)
         return exists
 
     def _add_free_placement(self, milp: Milp, cost_per_s: float, anchor: Layout) -> list[int]:
