@@ -22,6 +22,7 @@ demo: install
 	$(BIN)/rlsched gpus
 	$(BIN)/rlsched layouts --gpu a100-40gb --maximal
 	$(BIN)/rlsched validate-layout --gpu a100-40gb 3g.20gb@0,2g.10gb@4,1g.5gb@6
+	$(BIN)/rlsched simulate --scenario default --duration-s 600
 
 test: install
 	$(BIN)/python -m pytest -q
