@@ -32,7 +32,10 @@ NON_MIG_COMPUTE_SLICES = 7.0
 #: The implicit whole-device GI of a GPU without MIG, used to name the tenant's "instance".
 WHOLE_DEVICE = GpuInstance(0, "whole-device")
 
-FORMULATIONS = ("layouts", "placements")
+#: How the repair chooses a GPU's layout: ``search`` (exact enumeration with dynamic
+#: programming, :mod:`rlsched.solver.search`; the default), ``layouts`` (the layout ILP, the
+#: reference) or ``placements`` (the free-placement ILP, the naive baseline).
+FORMULATIONS = ("search", "layouts", "placements")
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,14 +128,22 @@ class GpuTable:
         """Per candidate, the indices of the layouts that hold it."""
         return tuple(tuple(int(l) for l in np.flatnonzero(column)) for column in self._incidence.T)
 
-    def _add_layout_selection(self, milp: Milp, cost_per_s: float, anchor: Layout) -> list[int]:
+    def change_seconds(self, anchor: Layout) -> np.ndarray:
+        """Per layout, seconds of :func:`rlsched.hardware.change_plan` from ``anchor`` to it.
+
+        All zero on a GPU without MIG (its one implicit instance is never changed).
+        """
+        if not self.mig:
+            return np.zeros(len(self.layouts))
         held, other_s = self._anchor_mask(anchor)
-        # Seconds of change_plan(anchor, layout) for every layout at once: destroy what the
-        # anchor holds and the layout lacks, create what the layout holds and the anchor lacks.
+        # Every layout at once: destroy what the anchor holds and the layout lacks, create
+        # what the layout holds and the anchor lacks.
         destroy_all = float(self.destroy_s[held].sum()) + other_s
-        seconds = destroy_all - self._incidence @ np.where(held, self.destroy_s, 0.0) + self._incidence @ np.where(held, 0.0, self.create_s)
+        return destroy_all - self._incidence @ np.where(held, self.destroy_s, 0.0) + self._incidence @ np.where(held, 0.0, self.create_s)
+
+    def _add_layout_selection(self, milp: Milp, cost_per_s: float, anchor: Layout) -> list[int]:
         first = milp.num_columns
-        layout_cols = [milp.add_binary(float(c)) for c in cost_per_s * seconds]
+        layout_cols = [milp.add_binary(float(c)) for c in cost_per_s * self.change_seconds(anchor)]
         milp.add_row(layout_cols, [1.0] * len(layout_cols), 1.0, 1.0)
         exists = [milp.add_column(0.0) for _ in self.candidates]
         for k, holders in enumerate(self._holders):

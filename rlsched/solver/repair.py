@@ -11,9 +11,13 @@ the request (compute slices given vs asked, GI size vs the size implied by the r
 share, preferred GPU and sharing mode missed) plus what it costs to get there from the
 running configuration (GI destroy/create seconds from the catalog, tenants moved).
 
+Each GPU's layout and packing is found by an exact search over the enumerated layouts
+(:mod:`rlsched.solver.search`, formulation ``search``, the default) or, as the reference,
+by the layout ILP (``layouts``); both reach the same optimum.
+
 Multi-GPU nodes are decomposed: an assignment ILP first puts tenants on GPUs (memory must
-fit, compute beyond a GPU's slices is penalised like unmet requests), then one layout ILP
-per GPU places them. A GPU whose tenant set cannot be packed gets a no-good cut and the
+fit, compute beyond a GPU's slices is penalised like unmet requests), then each GPU is laid
+out on its own. A GPU whose tenant set cannot be packed gets a no-good cut and the
 assignment is solved again. The result is optimal per GPU for the assignment found, not
 necessarily optimal for the node as a whole.
 
@@ -36,6 +40,7 @@ from rlsched.errors import ConfigError, RlschedError
 from rlsched.hardware import GpuInstance, Layout, change_plan, layout_violation, load_gpu
 from rlsched.solver.instances import FORMULATIONS, NON_MIG_COMPUTE_SLICES, WHOLE_DEVICE, GpuTable, gpu_table
 from rlsched.solver.milp import INF, Milp
+from rlsched.solver.search import MAX_SEARCH_TENANTS, search_packing
 
 #: Smallest share a placed tenant gets, percent: MPS needs a positive active-thread
 #: percentage, and a tenant with almost nothing would not run.
@@ -518,6 +523,66 @@ class _Solver:
         return groups
 
     def _solve_gpu(self, g: int, names: list[str]) -> _GpuPlan | None:
+        """The best layout and packing of GPU ``g`` for the tenants ``names``; None when they cannot fit.
+
+        The exact search when asked for and the tenants are few enough, else the ILP.
+        """
+        if self.formulation == "search" and len(names) <= MAX_SEARCH_TENANTS:
+            return self._search_gpu(g, names)
+        return self._ilp_gpu(g, names)
+
+    def _constant(self, g: int, names: list[str]) -> float:
+        """The objective terms of GPU ``g`` that no choice changes: all compute requested
+        (the GIs' compute is subtracted from it) and the preferred-GPU misses."""
+        w, tenants = self.weights, self.problem.tenants
+        return sum(
+            w.compute_per_slice * tenants[n].compute_slices
+            + w.preferred_gpu_miss * (tenants[n].preferred_gpu is not None and tenants[n].preferred_gpu != g)
+            for n in names
+        )
+
+    def _assign_costs(self, g: int, names: list[str]) -> np.ndarray:
+        """Shape (tenants, candidates): the GI-size and moved-tenant cost of each tenant in each
+        candidate GI of GPU ``g`` (the mode miss depends on the GI's mode and is added apart)."""
+        table, w = self.tables[g], self.weights
+        costs = np.zeros((len(names), len(table.candidates)))
+        for i, name in enumerate(names):
+            wanted = self.problem.tenants[name].wanted_instance_slices
+            if wanted is not None:
+                costs[i] = w.instance_size_per_slice * np.abs(table.compute_slices - wanted)
+            before = self.anchor.positions.get(name)
+            if before is not None:
+                costs[i] += [w.moved_tenant * (before != (g, gi)) for gi in table.candidates]
+        return costs
+
+    def _search_gpu(self, g: int, names: list[str]) -> _GpuPlan | None:
+        """GPU ``g`` by the exact search (:func:`rlsched.solver.search.search_packing`).
+
+        Needs no tenant cap per GI: the search takes at most MAX_SEARCH_TENANTS (10) tenants,
+        far below MAX_TENANTS_PER_INSTANCE.
+        """
+        table, w = self.tables[g], self.weights
+        requests = [self.problem.tenants[n] for n in names]
+        modes = list(SharingMode)
+        found = search_packing(
+            layout_members=table.layout_members,
+            layout_cost=w.reconfiguration_per_s * table.change_seconds(self.anchor.layouts[g]),
+            compute_slices=table.compute_slices,
+            memory_gib=table.memory_gib,
+            requested_slices=np.array([r.compute_slices for r in requests], dtype=np.float64),
+            tenant_memory_gib=np.array([r.memory_gib for r in requests], dtype=np.float64),
+            assign_cost=self._assign_costs(g, names),
+            mode_index=np.array([-1 if r.mode is None else modes.index(r.mode) for r in requests], dtype=np.intp),
+            compute_weight=w.compute_per_slice,
+            mode_weight=w.mode_miss,
+            memory_slack_gib=TOLERANCE,
+        )
+        if found is None:
+            return None
+        layout = table.layout_of(list(table.layout_members[found.layout]))
+        return self._plan(g, table, layout, dict(zip(names, found.candidate_of)), self._constant(g, names) + found.value, True)
+
+    def _ilp_gpu(self, g: int, names: list[str]) -> _GpuPlan | None:
         """The layout ILP of GPU ``g`` for the tenants ``names``; None when they cannot fit.
 
         Shares are not variables: within one GI the tenants get what they ask for (at most
@@ -526,7 +591,8 @@ class _Solver:
         continuous column per GI instead of one per (tenant, GI), which keeps the model small.
         """
         table, w, milp = self.tables[g], self.weights, Milp()
-        exists = table.add_layout_choice(milp, self.formulation, w.reconfiguration_per_s, self.anchor.layouts[g])
+        formulation = "layouts" if self.formulation == "search" else self.formulation
+        exists = table.add_layout_choice(milp, formulation, w.reconfiguration_per_s, self.anchor.layouts[g])
         caps, mems = table.compute_slices, table.memory_gib
         # With two or more requested modes each GI runs in one of them: a "slot" per (GI,
         # mode), exactly one slot of an existing GI open. A tenant in a slot of another mode
@@ -544,19 +610,15 @@ class _Solver:
         usable: list[list[tuple[int, float]]] = [[] for _ in slots]
         memory_terms: list[list[tuple[int, float]]] = [[] for _ in slots]
         choices: dict[str, list[tuple[int, int]]] = {}  # name -> (slot, x column)
-        for name in names:
+        milp.offset += self._constant(g, names)
+        assign_costs = self._assign_costs(g, names)
+        for i, name in enumerate(names):
             request = self.problem.tenants[name]
-            before = self.anchor.positions.get(name)
-            wanted = request.wanted_instance_slices
-            milp.offset += w.compute_per_slice * request.compute_slices
-            milp.offset += w.preferred_gpu_miss * (request.preferred_gpu is not None and request.preferred_gpu != g)
             options = []
             for j, (k, mode, opened) in enumerate(slots):
                 if request.memory_gib > mems[k] + TOLERANCE:
                     continue
-                cost = 0.0 if wanted is None else w.instance_size_per_slice * abs(float(caps[k]) - wanted)
-                cost += w.moved_tenant * (before is not None and before != (g, table.candidates[k]))
-                cost += w.mode_miss * (mode is not None and request.mode is not None and mode != request.mode)
+                cost = float(assign_costs[i, k]) + w.mode_miss * (mode is not None and request.mode is not None and mode != request.mode)
                 x = milp.add_binary(cost)
                 milp.add_row([x, opened], [1.0, -1.0], upper=0.0)
                 usable[j].append((x, min(request.compute_slices, float(caps[k]))))
@@ -660,7 +722,7 @@ def repair(
     problem: RepairProblem,
     current: Configuration | None = None,
     weights: RepairWeights = RepairWeights(),
-    formulation: str = "layouts",
+    formulation: str = "search",
     fast_path: bool = True,
 ) -> RepairResult:
     """The feasible configuration nearest to ``problem``'s requests.
@@ -668,8 +730,11 @@ def repair(
     :param current: the running configuration; the reconfiguration-cost terms are measured
         from it (None: nothing runs, every GI must be created)
     :param weights: prices of the objective terms
-    :param formulation: ``"layouts"`` (choose an enumerated layout, the default) or
-        ``"placements"`` (free GI binaries under the catalog rules; the slow baseline)
+    :param formulation: how each GPU's layout is chosen: ``"search"`` (exact search over the
+        enumerated layouts, the default; GPUs with more than
+        :data:`~rlsched.solver.search.MAX_SEARCH_TENANTS` tenants use the layout ILP),
+        ``"layouts"`` (the layout ILP, the reference) or ``"placements"`` (free GI binaries
+        under the catalog rules; the slow naive baseline). All three reach the same optimum.
     :param fast_path: return ``current`` without solving when it meets the request exactly
     :raises ConfigError: bad ``current`` (GPU count or types)
     :raises InfeasibleRequest: no configuration can hold every tenant
@@ -744,7 +809,7 @@ def repair_configuration(
     memory_gib: Mapping[str, float],
     current: Configuration | None = None,
     weights: RepairWeights = RepairWeights(),
-    formulation: str = "layouts",
+    formulation: str = "search",
 ) -> RepairResult:
     """Repair an exact requested configuration (e.g. from a baseline policy).
 
