@@ -15,10 +15,12 @@ Each GPU's layout and packing is found by an exact search over the enumerated la
 (:mod:`rlsched.solver.search`, formulation ``search``, the default) or, as the reference,
 by the layout ILP (``layouts``); both reach the same optimum.
 
-Multi-GPU nodes are decomposed: an assignment ILP first puts tenants on GPUs (memory must
-fit, compute beyond a GPU's slices is penalised like unmet requests), then each GPU is laid
-out on its own. A GPU whose tenant set cannot be packed gets a no-good cut and the
-assignment is solved again. The result is optimal per GPU for the assignment found, not
+Multi-GPU nodes are decomposed: stage one puts tenants on GPUs (memory must fit, compute
+beyond a GPU's slices is penalised like unmet requests), then each GPU is laid out on its
+own. With ``search`` stage one is a local search on that objective
+(:mod:`rlsched.solver.assignment`; proving its optimum took HiGHS seconds); with the ILP
+formulations, and after a failed local-search assignment, it is the assignment ILP. A GPU
+whose tenant set cannot be packed gets a no-good cut and the assignment ILP is solved again. The result is optimal per GPU for the assignment found, not
 necessarily optimal for the node as a whole.
 
 A request the running configuration already meets exactly comes back as that configuration
@@ -39,6 +41,7 @@ from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.hardware import GpuInstance, Layout, change_plan, layout_violation, load_gpu
 from rlsched.solver.instances import FORMULATIONS, NON_MIG_COMPUTE_SLICES, WHOLE_DEVICE, GpuTable, gpu_table
+from rlsched.solver.assignment import assign_by_local_search
 from rlsched.solver.milp import INF, Milp
 from rlsched.solver.search import MAX_SEARCH_TENANTS, search_packing
 
@@ -469,8 +472,11 @@ class _Solver:
         """Assign tenants to GPUs, then lay out each GPU; cut assignments that cannot be packed."""
         cuts: list[tuple[int, tuple[str, ...]]] = []
         cache: dict[tuple[int, tuple[str, ...]], _GpuPlan | None] = {}
-        for _ in range(MAX_ASSIGNMENT_ROUNDS):
-            groups = self._assign(names, cuts)
+        for round_ in range(MAX_ASSIGNMENT_ROUNDS):
+            # The search starts from the local-search assignment; once a GPU of it cannot be
+            # packed (rare), the assignment ILP with no-good cuts takes over.
+            quick = self._assign_quickly(names) if round_ == 0 and self.formulation == "search" else None
+            groups = quick if quick is not None else self._assign(names, cuts)
             plans: list[_GpuPlan] = []
             failed = []
             for g, group in enumerate(groups):
@@ -486,21 +492,55 @@ class _Solver:
             cuts.extend(failed)
         raise InfeasibleRequest(f"no packing found after {MAX_ASSIGNMENT_ROUNDS} GPU assignments (memory needs {self._memory(names):g} GiB)")
 
+    def _assignment_costs(self, names: list[str]) -> np.ndarray:
+        """Shape (tenants, GPUs): preferred-GPU miss and move cost of each tenant on each GPU;
+        ``inf`` where its memory exceeds every GI of the GPU."""
+        w = self.weights
+        costs = np.full((len(names), len(self.tables)), np.inf)
+        for i, name in enumerate(names):
+            request = self.problem.tenants[name]
+            before = self.anchor.positions.get(name)
+            for g, table in enumerate(self.tables):
+                if request.memory_gib > float(table.memory_gib.max()) + TOLERANCE:
+                    continue
+                costs[i, g] = w.preferred_gpu_miss * (request.preferred_gpu is not None and request.preferred_gpu != g)
+                costs[i, g] += w.moved_tenant * (before is not None and before[0] != g)
+        return costs
+
+    def _capacity_slices(self) -> np.ndarray:
+        """Per GPU, the compute slices beyond which the assignment prices overload."""
+        return np.array([float(t.gpu.compute_slices) if t.mig else NON_MIG_COMPUTE_SLICES for t in self.tables])
+
+    def _assign_quickly(self, names: list[str]) -> list[list[str]] | None:
+        """Stage one by local search (:func:`rlsched.solver.assignment.assign_by_local_search`):
+        the assignment ILP's objective, locally optimal; None when it finds no start."""
+        requests = [self.problem.tenants[n] for n in names]
+        where = assign_by_local_search(
+            cost=self._assignment_costs(names),
+            compute_slices=np.array([r.compute_slices for r in requests], dtype=np.float64),
+            memory_gib=np.array([r.memory_gib for r in requests], dtype=np.float64),
+            capacity_slices=self._capacity_slices(),
+            memory_capacity_gib=np.array([t.total_memory_gib + TOLERANCE for t in self.tables]),
+            compute_weight=self.weights.compute_per_slice,
+        )
+        if where is None:
+            return None
+        groups: list[list[str]] = [[] for _ in self.tables]
+        for name, g in zip(names, where):
+            groups[int(g)].append(name)
+        return groups
+
     def _assign(self, names: list[str], cuts: list[tuple[int, tuple[str, ...]]]) -> list[list[str]]:
         """The assignment ILP: tenant -> GPU (stage one of the decomposition)."""
         w, milp = self.weights, Milp()
         columns: dict[tuple[str, int], int] = {}
-        for name in names:
-            request = self.problem.tenants[name]
-            before = self.anchor.positions.get(name)
+        costs, capacities = self._assignment_costs(names), self._capacity_slices()
+        for i, name in enumerate(names):
             row = []
-            for g, table in enumerate(self.tables):
-                if request.memory_gib > float(table.memory_gib.max()) + TOLERANCE:
-                    continue
-                cost = w.preferred_gpu_miss * (request.preferred_gpu is not None and request.preferred_gpu != g)
-                cost += w.moved_tenant * (before is not None and before[0] != g)
-                columns[(name, g)] = milp.add_binary(float(cost))
-                row.append(columns[(name, g)])
+            for g in range(len(self.tables)):
+                if np.isfinite(costs[i, g]):
+                    columns[(name, g)] = milp.add_binary(float(costs[i, g]))
+                    row.append(columns[(name, g)])
             milp.add_row(row, [1.0] * len(row), 1.0, 1.0)
         for g, table in enumerate(self.tables):
             on_g = [(n, columns[(n, g)]) for n in names if (n, g) in columns]
@@ -508,9 +548,8 @@ class _Solver:
                 continue
             cols = [c for _, c in on_g]
             milp.add_row(cols, [self.problem.tenants[n].memory_gib for n, _ in on_g], upper=table.total_memory_gib + TOLERANCE)
-            capacity = float(table.gpu.compute_slices) if table.mig else NON_MIG_COMPUTE_SLICES
             overload = milp.add_column(w.compute_per_slice, 0.0, INF)
-            milp.add_row([*cols, overload], [self.problem.tenants[n].compute_slices for n, _ in on_g] + [-1.0], upper=capacity)
+            milp.add_row([*cols, overload], [self.problem.tenants[n].compute_slices for n, _ in on_g] + [-1.0], upper=float(capacities[g]))
         for g, group in cuts:
             milp.add_row([columns[(n, g)] for n in group], [1.0] * len(group), upper=len(group) - 1.0)
         solution = milp.solve()
