@@ -20,6 +20,7 @@ from rlsched.solver import (
     repair_configuration,
     requests_from_configuration,
 )
+from rlsched.solver.assignment import assign_by_local_search
 from rlsched.solver.instances import add_placement_rules
 from rlsched.solver.random_requests import random_problem
 from rlsched.solver.repair import fill_shares
@@ -273,3 +274,36 @@ def test_ten_thousand_random_requests_all_repair_to_feasible_configurations():
         assert result.configuration.problems(list(problem.tenants)) == []
         assert feasibility_problems(result.configuration, problem) == []
         current = result.configuration
+
+
+def _assignment_objective(where, cost, compute, capacity, weight):
+    loads = np.bincount(where, weights=compute, minlength=len(capacity))
+    return cost[np.arange(len(where)), where].sum() + weight * np.maximum(loads - capacity, 0.0).sum()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_local_search_assignment_fits_memory_and_no_move_or_swap_improves_it(seed):
+    rng = np.random.default_rng(seed)
+    n, gpus = int(rng.integers(2, 16)), int(rng.integers(2, 5))
+    cost = rng.choice([0.0, 0.2, 1.0, 1.2], size=(n, gpus))
+    compute, memory = rng.uniform(0.05, 4.0, n), rng.uniform(0.0, 10.0, n)
+    capacity, memory_cap = np.full(gpus, 7.0), np.full(gpus, 40.0)
+    where = assign_by_local_search(cost, compute, memory, capacity, memory_cap, 1.0)
+    assert where is not None
+
+    def fits(w):
+        return bool(np.all(np.bincount(w, weights=memory, minlength=gpus) <= memory_cap))
+
+    assert fits(where)
+    value = _assignment_objective(where, cost, compute, capacity, 1.0)
+    neighbours = []
+    for i in range(n):
+        for g in range(gpus):
+            neighbours.append(np.where(np.arange(n) == i, g, where))
+        for j in range(n):
+            swapped = where.copy()
+            swapped[i], swapped[j] = where[j], where[i]
+            neighbours.append(swapped)
+    for other in neighbours:
+        if fits(other):
+            assert _assignment_objective(other, cost, compute, capacity, 1.0) >= value - 1e-9
