@@ -37,6 +37,9 @@ def bench_case(gpus: tuple[str, ...], tenants: int, requests: int, seed: int, fo
     found: dict[str, tuple[float, float]] = {}
     method_results = []
     for formulation in formulations:
+        # One untimed repair first: the per-process caches (layout tables, search trees) are
+        # built once, as in a long-running environment.
+        repair(problems[0], formulation=formulation)
         times, results = [], []
         for problem in problems:
             result = repair(problem, formulation=formulation)
@@ -83,7 +86,7 @@ def main() -> None:
         base_p50, base_p99 = found[BASELINE]
         print(f"{name} ({args.requests} requests, p99 target {target_ms:g} ms, baseline {BASELINE})")
         for label, (p50, p99) in found.items():
-            print(f"  {label:32s} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms  p99 ratio to baseline {p99 / base_p99:5.2f}")
+            print(f"  {label:32s} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms  p99 ratio to baseline {p99 / base_p99:7.4f}")
         p99 = found[METHOD][1]
         print(f"  {METHOD} p99 {'meets' if p99 <= target_ms else 'MISSES'} the {target_ms:g} ms target", flush=True)
     if args.feasibility:
