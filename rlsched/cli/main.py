@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="file to write (atomically); stdout if omitted")
     p.add_argument("spec")
     p.set_defaults(func=cmd_export_mig_parted)
+
+    # Performance model: heavy imports (scipy, torch) happen inside the command functions.
+    from rlsched.perfmodel.commands import register as register_perfmodel
+    register_perfmodel(sub)
     return parser
 
 

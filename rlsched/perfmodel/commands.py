@@ -1,0 +1,135 @@
+"""The ``predict`` and ``calibrate {fit,report,profile}`` subcommands of the rlsched CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rlsched.errors import ConfigError
+
+REPORT_SOURCES = ("migprofiler", "igniter", "miso")
+
+
+def _colocated(values: list[str]) -> list:
+    from rlsched.perfmodel.model import CoRunner
+    out = []
+    for text in values:
+        parts = text.split(":")
+        try:
+            if len(parts) not in (2, 3):
+                raise ValueError
+            out.append(CoRunner(parts[0], int(parts[1]), float(parts[2]) if len(parts) == 3 else 100.0))
+        except ValueError as exc:
+            raise ConfigError("--colocated", "colocated", text, "expected MODEL:BATCH[:PCT], e.g. vgg19:8:50") from exc
+    return out
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from rlsched.perfmodel.model import PerformanceModel, SharingMode
+    model = PerformanceModel.load(args.calibration)
+    pred = model.predict(args.gpu, args.model, args.batch, args.profile, args.mps_pct, SharingMode(args.mode),
+                         _colocated(args.colocated), args.compute_slices, high_priority=not args.low_priority)
+    doc = {"latency_ms_p99": round(pred.latency_ms_p99, 4), "latency_ms_mean": round(pred.latency_ms_mean, 4),
+           "throughput_per_s": round(pred.throughput_per_s, 3), "memory_gib": round(pred.memory_gib, 4), "fits": pred.fits}
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        for k, v in doc.items():
+            print(f"{k:18s} {v}")
+    return 0
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    from rlsched.perfmodel.data import default_data_dir
+    path = Path(args.data) if args.data else default_data_dir()
+    if not path.is_dir():
+        raise ConfigError("--data", "data", str(path), "raw data directory not found")
+    return path
+
+
+def cmd_calibrate_fit(args: argparse.Namespace) -> int:
+    from rlsched.perfmodel import calibration
+    from rlsched.perfmodel.sources import fit_source
+    doc = fit_source(args.source, _data_dir(args), args.gpu)
+    calibration.save(doc, args.out)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def report_rows(data_dir: Path) -> list[dict]:
+    """Cross-validated MAPE of each source and its reference baseline (refits from raw data)."""
+    from rlsched.perfmodel.sources import fit_source
+    rows = []
+    for source in REPORT_SOURCES:
+        doc = fit_source(source, data_dir)
+        for part, err in doc["fit_error"].items():
+            baseline = err.get("baseline", {})
+            rows.append({"source": source, "gpu": doc["gpu"], "data": part, "cv_scheme": err["cv_scheme"],
+                         "model_cv_mape_pct": err["cv_mape_pct"], "baseline": baseline.get("name", ""),
+                         "baseline_cv_mape_pct": baseline.get("cv_mape_pct"),
+                         "no_interference_mape_pct": err.get("baseline_no_interference_mape_pct")})
+    return rows
+
+
+def cmd_calibrate_report(args: argparse.Namespace) -> int:
+    rows = report_rows(_data_dir(args))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'source':12s} {'gpu':10s} {'data':7s} {'cv scheme':45s} {'model %':>8s} {'baseline %':>10s}  baseline")
+    for r in rows:
+        base = "" if r["baseline_cv_mape_pct"] is None else f"{r['baseline_cv_mape_pct']:.2f}"
+        extra = f" (no interference: {r['no_interference_mape_pct']:.2f}%)" if r["no_interference_mape_pct"] is not None else ""
+        print(f"{r['source']:12s} {r['gpu']:10s} {r['data']:7s} {r['cv_scheme']:45s} {r['model_cv_mape_pct']:8.2f} {base:>10s}  {r['baseline']}{extra}")
+    return 0
+
+
+def cmd_calibrate_profile(args: argparse.Namespace) -> int:
+    from rlsched.perfmodel.profiler import profile_models
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError as exc:
+        raise ConfigError("--batches", "batches", args.batches, "expected comma-separated integers, e.g. 1,2,4") from exc
+    path = profile_models(args.models.split(","), batches, args.device, Path(args.out), args.instance, args.iterations)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``predict`` and ``calibrate`` to the rlsched parser."""
+    p = sub.add_parser("predict", help="predict latency, throughput and memory of a tenant")
+    p.add_argument("--gpu", required=True, help="catalog GPU name, e.g. a100-80gb")
+    p.add_argument("--model", required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--profile", default=None, help="MIG GI profile, e.g. 3g.40gb (omit: whole GPU)")
+    p.add_argument("--compute-slices", type=int, default=None, help="compute-instance size inside the GI")
+    p.add_argument("--mps-pct", type=float, default=100.0)
+    p.add_argument("--mode", default="mps", choices=["mps", "time-slice", "priority-fill"])
+    p.add_argument("--low-priority", action="store_true", help="priority-fill: this tenant fills the others' gaps")
+    p.add_argument("--colocated", nargs="*", default=[], metavar="MODEL:BATCH:PCT")
+    p.add_argument("--calibration", default=None, help="calibration directory (default: packaged)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_predict)
+
+    cal = sub.add_parser("calibrate", help="fit, report or measure performance-model calibrations")
+    csub = cal.add_subparsers(dest="calibrate_command", required=True)
+    p = csub.add_parser("fit", help="rebuild one calibration file from raw data")
+    p.add_argument("--source", required=True, choices=["migprofiler", "igniter", "miso", "profile"])
+    p.add_argument("--data", default=None, help="raw data dir (default: $RLSCHED_CALIBRATION_DATA or ../shared/data/calibration)")
+    p.add_argument("--gpu", default=None, help="catalog GPU the profile ran on (--source profile)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_calibrate_fit)
+    p = csub.add_parser("report", help="cross-validated MAPE per source with reference baselines")
+    p.add_argument("--data", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate_report)
+    p = csub.add_parser("profile", help="measure latency of plain-torch models on a device")
+    p.add_argument("--models", required=True, help="comma-separated, e.g. resnet50,tiny-mlp")
+    p.add_argument("--batches", required=True, help="comma-separated, e.g. 1,2,4,8")
+    p.add_argument("--device", default="cuda:0")
+    p.add_argument("--instance", default="whole", help="MIG profile name of the device, or 'whole'")
+    p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_calibrate_profile)
