@@ -47,7 +47,9 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         that ``info`` is reproducible; timings are wall time and cannot be otherwise)
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    # A text line per decision; render_fps is nominal (one line per step), set because
+    # Gymnasium's checker asks every renderable env for it.
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
         self,
