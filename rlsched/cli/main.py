@@ -98,6 +98,51 @@ def cmd_export_mig_parted(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
+    """--scenario and --trace: every command that takes a scenario accepts both."""
+    parser.add_argument("--scenario", required=True, help="scenario YAML file, or the name of a bundled one (e.g. default)")
+    parser.add_argument("--trace", action="append", default=[], metavar="TENANT=FILE[:SCALE]", help="replay a trace file for an inference tenant, rate scaled by SCALE (repeatable)")
+
+
+def load_scenario_from_args(args: argparse.Namespace):
+    """The scenario named by --scenario with the --trace overrides applied."""
+    from rlsched.workloads.scenario import load_scenario, with_trace_overrides
+
+    return with_trace_overrides(load_scenario(args.scenario), args.trace)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Run a scenario under one fixed configuration; print per-tenant totals."""
+    from rlsched.simulator.run import configuration_from_args, load_performance_model, run_fixed
+
+    scenario = load_scenario_from_args(args)
+    if args.layout:
+        config = configuration_from_args(scenario, args.layout, args.assign, args.mps, args.batch, args.modes)
+    elif args.assign or args.mps or args.batch or args.modes:
+        raise RlschedError("simulate: --assign/--mps/--batch/--modes need --layout (one per GPU)")
+    elif scenario.reference is None:
+        raise RlschedError(f"simulate: scenario {scenario.name} has no reference configuration: give --layout and --assign")
+    else:
+        config = scenario.reference
+    result = run_fixed(scenario, load_performance_model(args.perf_model), config, seed=args.seed, duration_s=args.duration_s)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"scenario {result['scenario']}: {result['simulated_s']:g} s simulated, layouts {result['layouts']}, seed {result['seed']}")
+    print(f"{'tenant':<14} {'arrived':>9} {'completed':>9} {'dropped':>8} {'queued':>7} {'SLO att.':>8} {'p50 ms':>8} {'p99 ms':>8} {'goodput':>11}")
+    for name, t in result["tenants"].items():
+        if t["kind"] != "inference":
+            print(f"{name:<14} ({t['kind']}) objective {t['objective']:.1f}")
+            continue
+        att = "-" if t["slo_attainment"] is None else f"{t['slo_attainment']:.3f}"
+        p50 = "-" if t["latency_ms_p50"] is None else f"{t['latency_ms_p50']:.1f}"
+        p99 = "-" if t["latency_ms_p99"] is None else f"{t['latency_ms_p99']:.1f}"
+        print(f"{name:<14} {t['arrived']:>9} {t['completed']:>9} {t['dropped']:>8} {t['queued_at_end']:>7} {att:>8} {p50:>8} {p99:>8} {t['goodput']:>11.1f}")
+    g = result["goodput"]
+    print(f"goodput {g['goodput/goodput']:.1f}  slo penalty {g['goodput/slo_penalty']:.1f}  best effort {g['goodput/best_effort_progress']:.1f}  reconfiguration {g['goodput/reconfiguration_cost']:.1f}  total {g['goodput/total']:.1f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="rlsched", description=__doc__.split("\n\n")[0])
@@ -129,6 +174,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="file to write (atomically); stdout if omitted")
     p.add_argument("spec")
     p.set_defaults(func=cmd_export_mig_parted)
+
+    p = sub.add_parser("simulate", help="simulate a scenario under one fixed configuration")
+    _add_scenario_arguments(p)
+    p.add_argument("--layout", action="append", default=[], help="MIG layout spec of one GPU (repeat per GPU); default: the scenario's reference configuration")
+    p.add_argument("--assign", action="append", default=[], metavar="TENANT=[GPU:]GI_INDEX", help="place a tenant in an instance (repeatable)")
+    p.add_argument("--mps", action="append", default=[], metavar="TENANT=PCT", help="MPS active-thread percentage (default 100)")
+    p.add_argument("--batch", action="append", default=[], metavar="TENANT=N", help="max batch (default: the tenant's max_batch)")
+    p.add_argument("--modes", action="append", default=[], metavar="MODE,MODE,...", help="sharing mode of each instance of one GPU (repeat per GPU; default mps)")
+    p.add_argument("--duration-s", type=float, default=None, help="simulated seconds (default: the scenario's duration)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated", help="calibrated: the performance model of issue 3; toy: an uncalibrated test model")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_simulate)
 
     # Performance model: heavy imports (scipy, torch) happen inside the command functions.
     from rlsched.perfmodel.commands import register as register_perfmodel

@@ -19,9 +19,11 @@ load) after its batch in flight drains. Requests keep queueing (and dropping whe
 is full) during the downtime.
 
 Sharing modes: ``mps`` and ``time-slice`` latencies come from the performance model with
-the co-runners; ``priority-fill`` (FIKIT) gives the highest-priority tenant of the instance
-its solo latency times (1 + ``priority_fill_overhead``) and serves the others at their
-solo speed scaled by the idle fraction the high-priority tenant left in the same interval.
+the co-runners. ``priority-fill`` (FIKIT): the highest-priority tenant of the instance gets
+the performance model's high-priority latency (solo plus FIKIT's overhead); the others run
+at their solo speed scaled by the idle fraction the high-priority tenant actually left in
+the same interval (measured here, request by request, rather than assumed from a busy
+fraction), never below the performance model's minimum idle fraction.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
 
 #: Under priority fill, low-priority work never gets less than this fraction of the
-#: instance (kernels still interleave at the high-priority tenant's gaps).
+#: instance; used only when the performance model does not state its own
+#: (``sharing-modes.yaml: priority_fill.min_idle_frac``).
 MIN_IDLE_FRACTION = 0.02
 #: Standard normal quantile of 0.99, to fit a lognormal to (mean, p99).
 Z99 = 2.3263478740408408
@@ -159,6 +162,8 @@ class NodeSimulator:
             if t.model not in known:
                 raise ValueError(f"scenario {scenario.name}: tenant {t.name} uses model {t.model!r}, unknown to the performance model ({', '.join(sorted(known))})")
         self._curve_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        sharing = getattr(perf_model, "_sharing", None)  # the calibrated model's sharing-modes.yaml
+        self.min_idle_fraction = float(sharing["priority_fill"]["min_idle_frac"]) if isinstance(sharing, dict) and "priority_fill" in sharing else MIN_IDLE_FRACTION
         self._seed = seed
         self.reset(seed)
 
@@ -188,6 +193,9 @@ class NodeSimulator:
         self._rate_ewma = {t.name: t.arrivals.mean_rate_rps() for t in self.scenario.inference_tenants()}
         self._last: dict[str, TenantStepStats] = {}
         self._last_units_gain: dict[str, float] = {}
+        self._tenant_terms = {t.name: GoodputTerms() for t in self.scenario.tenants}
+        self._work_done = {t.name: 0.0 for t in self.scenario.tenants}
+        self._downtime_total_s = {t.name: 0.0 for t in self.scenario.tenants}
         self.totals = GoodputTerms()
         for t in self.scenario.inference_tenants():
             t.arrivals.reset(self.rng)
@@ -266,18 +274,16 @@ class NodeSimulator:
                 others = tuple(CoRunner(o.model, info[o.name][6], info[o.name][0].mps_pct) for o in members if o is not t)
                 # MPS shares only mean something under MPS; priority fill computes from solo speed.
                 mps = p.mps_pct if mode == SharingMode.MPS else 100.0
-                colocated = () if fill else others
+                # A filler's curve is its solo one; the idle fraction scales it each interval.
+                colocated = () if fill and rank > 0 else others
                 slot = _Slot(t, p, key, mode, batch, rank, fill and rank > 0, oom)
                 if isinstance(t, InferenceTenant):
-                    mean_s, sigma = self._curve(t, batch, profile, slices, mps, mode, colocated)
-                    if fill and rank == 0:
-                        mean_s = mean_s * (1.0 + self.scenario.priority_fill_overhead)
-                    slot.service_mean_s, slot.service_sigma = mean_s, sigma
+                    slot.service_mean_s, slot.service_sigma = self._curve(t, batch, profile, slices, mps, mode, colocated)
                 elif isinstance(t, ContinualLearningJob):
-                    step_s = self.perf.train_step_s(gpu, t.model, batch, profile, mps, colocated)
+                    step_s = self.perf.train_step_s(gpu, t.model, batch, profile, mps, () if fill else colocated)
                     slot.work_rate = batch / step_s if step_s > 0 else 0.0
                 else:
-                    pred = self.perf.predict(gpu, t.model, batch, profile, mps, SharingMode.MPS if fill else mode, colocated, slices)
+                    pred = self.perf.predict(gpu, t.model, batch, profile, mps, SharingMode.MPS if fill else mode, () if fill else colocated, slices)
                     solo = self.perf.predict(gpu, t.model, batch)
                     slot.work_rate = pred.throughput_per_s / solo.throughput_per_s * t.tuning_throughput_factor(mps) if solo.throughput_per_s > 0 else 0.0
                 slots[t.name] = slot
@@ -288,7 +294,10 @@ class NodeSimulator:
         key = (t.model, batch, profile, slices, mps, mode, colocated, t.tuning_latency_factor(mps), self.scenario.service_jitter)
         cached = self._curve_cache.get(key)
         if cached is None:
-            mean_ms, p99_ms = self.perf.latency_curve_ms(self.scenario.gpu, t.model, batch, profile, mps, SharingMode.MPS if mode == SharingMode.PRIORITY_FILL else mode, colocated, slices)
+            if mode == SharingMode.PRIORITY_FILL:
+                mean_ms, p99_ms = self.perf.latency_curve_ms(self.scenario.gpu, t.model, batch, profile, mps, mode, colocated, slices, high_priority=bool(colocated))
+            else:
+                mean_ms, p99_ms = self.perf.latency_curve_ms(self.scenario.gpu, t.model, batch, profile, mps, mode, colocated, slices)
             mean_s = np.concatenate([[0.0], np.asarray(mean_ms, dtype=float)]) * (t.tuning_latency_factor(mps) / 1000.0)
             sigma = np.zeros_like(mean_s)
             if self.scenario.service_jitter:
@@ -359,7 +368,7 @@ class NodeSimulator:
             up_from = self._down_until[t.name]
             scale = 1.0
             if slot.fill_low:
-                scale = max(idle_fraction.get(slot.instance_key, 1.0), MIN_IDLE_FRACTION)
+                scale = max(idle_fraction.get(slot.instance_key, 1.0), self.min_idle_fraction)
             if slot.out_of_memory:
                 up_from = math.inf
             if isinstance(t, InferenceTenant):
@@ -385,11 +394,50 @@ class NodeSimulator:
                 progress = st.best_effort_progress_s * (t.work_weight if isinstance(t, BestEffortJob) else 0.0)
                 st.terms = goodput_terms(weights, t.priority.value, best_effort_progress_s=progress, downtime_s=st.downtime_s)
             total = total + st.terms
+            self._tenant_terms[t.name] = self._tenant_terms[t.name] + st.terms
+            self._work_done[t.name] += st.training_samples + st.best_effort_progress_s
+            self._downtime_total_s[t.name] += st.downtime_s
         self.time_s = t1
         self.step_index += 1
         self.totals = self.totals + total
         self._last = stats
         return StepResult(t0, t1, stats, total, gpu_s, self.done)
+
+    def summary(self) -> dict[str, dict[str, float | int | str]]:
+        """Per tenant, totals since reset: request counts, SLO attainment, latency
+        percentiles (ms, from the whole run's histogram), Goodput terms, work done."""
+        result: dict[str, dict[str, float | int | str]] = {}
+        for t in self.scenario.tenants:
+            terms = self._tenant_terms[t.name]
+            entry: dict[str, float | int | str] = {"kind": t.kind}
+            if isinstance(t, InferenceTenant):
+                server = self._servers[t.name]
+                tot = server.totals
+                completed, dropped, on_time = int(tot[q.O_COMPLETED]), int(tot[q.O_DROPPED]), int(tot[q.O_ON_TIME])
+                decided = completed + dropped
+                entry.update(
+                    arrived=int(tot[q.O_ARRIVED]),
+                    completed=completed,
+                    dropped=dropped,
+                    queued_at_end=server.in_system(),
+                    on_time=on_time,
+                    slo_ms=t.slo_ms,
+                    slo_attainment=on_time / decided if decided else math.nan,
+                    latency_ms_mean=tot[q.O_LATENCY_SUM_S] * 1000.0 / completed if completed else math.nan,
+                    latency_ms_p50=q.percentile_ms(server.hist_total, 50.0),
+                    latency_ms_p99=q.percentile_ms(server.hist_total, 99.0),
+                    mean_batch=tot[q.O_BATCHED_REQUESTS] / tot[q.O_BATCHES] if tot[q.O_BATCHES] else math.nan,
+                    utilization=tot[q.O_BUSY_S] / self.time_s if self.time_s else 0.0,
+                )
+            elif isinstance(t, ContinualLearningJob):
+                entry.update(training_samples=self._work_done[t.name], accuracy=self.accuracy_of(t.serves))
+            else:
+                entry.update(best_effort_progress_s=self._work_done[t.name])
+            entry.update(downtime_s=self._downtime_total_s[t.name], goodput=terms.goodput, slo_penalty=terms.slo_penalty,
+                         best_effort_progress=terms.best_effort_progress, reconfiguration_cost=terms.reconfiguration_cost,
+                         objective=terms.total)
+            result[t.name] = entry
+        return result
 
     def _served_accuracy(self, name: str, st: TenantStepStats) -> float:
         """Accuracy of the serving model over the interval (mid-interval retraining progress)."""

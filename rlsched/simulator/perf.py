@@ -8,24 +8,14 @@ deterministic fakes in :mod:`rlsched.simulator.testing` used by the tests.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from rlsched.decision import SharingMode
+from rlsched.perfmodel import CoRunner
 
-try:  # The real definitions, once the performance model is merged.
-    from rlsched.perfmodel import CoRunner  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - until issue 3 lands
-
-    @dataclass(frozen=True)
-    class CoRunner:  # type: ignore[no-redef]
-        """A workload sharing the instance: model, batch, MPS share (percent)."""
-
-        model: str
-        batch: int
-        mps_pct: float = 100.0
+__all__ = ["CoRunner", "PerformanceModelLike"]
 
 
 class PerformanceModelLike(Protocol):
@@ -59,8 +49,14 @@ class PerformanceModelLike(Protocol):
         mode: SharingMode = SharingMode.MPS,
         colocated: Sequence[CoRunner] = (),
         compute_slices: int | None = None,
+        *,
+        high_priority: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(mean_ms, p99_ms) per-batch latency for batch 1..max_batch."""
+        """(mean_ms, p99_ms) per-batch latency for batch 1..max_batch.
+
+        ``high_priority`` matters under priority fill only: the high-priority tenant's
+        latency (solo plus FIKIT's overhead) or a filler's.
+        """
         ...
 
     def memory_gib(self, gpu: str, model: str, batch: int) -> float:

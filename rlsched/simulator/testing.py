@@ -56,14 +56,22 @@ class FakePerformanceModel:
 
     def _fraction(self, gpu: str, profile: str | None, mps_pct: float, mode: SharingMode, colocated: Sequence[CoRunner], compute_slices: int | None) -> float:
         spec = load_gpu(gpu)
-        slices = compute_slices if compute_slices is not None else (spec.profiles[profile].compute_slices if profile else spec.compute_slices)
-        fraction = slices / spec.compute_slices
+        if not spec.mig_supported:
+            fraction = 1.0
+        else:
+            slices = compute_slices if compute_slices is not None else (spec.profiles[profile].compute_slices if profile else spec.compute_slices)
+            fraction = slices / spec.compute_slices
         if mode == SharingMode.TIME_SLICE:
             return fraction / (1 + len(colocated))
         return fraction * mps_pct / 100.0 / (1 + self.colocation_slowdown * len(colocated))
 
-    def latency_curve_ms(self, gpu, model, max_batch, profile=None, mps_pct=100.0, mode=SharingMode.MPS, colocated=(), compute_slices=None):
+    def latency_curve_ms(self, gpu, model, max_batch, profile=None, mps_pct=100.0, mode=SharingMode.MPS, colocated=(), compute_slices=None, *, high_priority=True):
         batches = np.arange(1, max_batch + 1)
+        if mode == SharingMode.PRIORITY_FILL:
+            # Solo speed; the high-priority tenant pays FIKIT's 5% when it has co-runners.
+            solo = (self.base_ms + self.per_item_ms * batches) / self._fraction(gpu, profile, 100.0, SharingMode.MPS, (), compute_slices)
+            mean = solo * (1.05 if high_priority and colocated else 1.0)
+            return mean, mean * self.p99_ratio
         mean = (self.base_ms + self.per_item_ms * batches) / self._fraction(gpu, profile, mps_pct, mode, colocated, compute_slices)
         return mean, mean * self.p99_ratio
 

@@ -274,7 +274,8 @@ class ServeGenArrivals(ArrivalProcess):
     Weibull inter-arrival times as the trace names them (``shape``, ``scale`` in seconds),
     or exponential at the window's rate where the trace names none. Clients are
     superposed. ``rate_scale`` divides every inter-arrival time; ``time_warp`` compresses
-    the window boundaries only.
+    the window boundaries only. :meth:`mean_rate_rps` reports the trace's own rate column;
+    the named distributions' means can differ from it slightly (that is the source data).
     """
 
     clients: list[list[RenewalWindow]]

@@ -24,9 +24,6 @@ from rlsched.workloads.arrivals import ArrivalProcess, MmppArrivals, PoissonArri
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, EkyaCurve, InferenceTenant, Priority, Tenant
 from rlsched.workloads.traces import FORMATS, load_trace
 
-#: FIKIT bounds the high-priority tenant's overhead under priority fill at 5%.
-FIKIT_OVERHEAD = 0.05
-
 
 def scenarios_dir() -> Path:
     """The folder of the bundled scenarios (``configs/scenarios``)."""
@@ -56,8 +53,6 @@ class Scenario:
     :param weights: Goodput weights
     :param reference: a sensible fixed configuration (used by ``rlsched simulate`` when no
         layout is given, by the benchmark, and as the state the node starts in)
-    :param priority_fill_overhead: relative latency overhead of the high-priority tenant
-        under priority fill (FIKIT: at most 5%)
     :param service_jitter: draw batch service times from a lognormal matching the model's
         mean and p99 (False: every batch takes the mean)
     :param source: the file it was read from
@@ -71,7 +66,6 @@ class Scenario:
     tenants: list[Tenant]
     weights: GoodputWeights = field(default_factory=GoodputWeights)
     reference: Configuration | None = None
-    priority_fill_overhead: float = FIKIT_OVERHEAD
     service_jitter: bool = True
     description: str = ""
     source: str = "<memory>"
@@ -298,7 +292,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     except yaml.YAMLError as exc:
         raise ConfigError(path, "file", str(path), f"not valid YAML: {exc}") from None
     r = _Reader(str(path), raw, "")
-    r.unknown(["name", "description", "gpu", "gpu_count", "duration_s", "decision_interval_s", "tenants", "weights", "reference", "priority_fill_overhead", "service_jitter"])
+    r.unknown(["name", "description", "gpu", "gpu_count", "duration_s", "decision_interval_s", "tenants", "weights", "reference", "service_jitter"])
     gpu = r.choice("gpu", gpu_names())
     tenants_raw = r.get("tenants", list)
     if not tenants_raw:
@@ -330,7 +324,6 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         decision_interval_s=r.number("decision_interval_s", strict=True),
         tenants=tenants,
         weights=weights,
-        priority_fill_overhead=r.number("priority_fill_overhead", FIKIT_OVERHEAD),
         service_jitter=r.get("service_jitter", bool, True),
         source=str(path),
     )

@@ -1,0 +1,273 @@
+"""The request-level simulator: queueing theory, conservation, batching, reconfiguration,
+sharing modes, continual learning, reproducibility and Goodput additivity.
+
+Uses the deterministic toy performance model so the expected numbers are exact.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from rlsched.decision import Configuration, SharingMode, TenantPlacement
+from rlsched.hardware import load_gpu, parse_layout
+from rlsched.simulator import queueing as q
+from rlsched.simulator.node import NodeSimulator
+from rlsched.simulator.testing import FakePerformanceModel
+from rlsched.workloads.arrivals import MmppArrivals, PoissonArrivals
+from rlsched.workloads.scenario import Scenario
+from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, EkyaCurve, InferenceTenant, Priority
+
+GPU = "a100-40gb"
+
+
+def config(layout: str, placements: dict, modes=None) -> Configuration:
+    lay = parse_layout(layout, GPU)
+    return Configuration((lay,), (tuple(modes or [SharingMode.MPS] * len(lay)),), placements)
+
+
+def scenario(tenants, duration_s=100.0, interval_s=10.0, jitter=False, gpu_count=1) -> Scenario:
+    return Scenario("test", GPU, gpu_count, duration_s, interval_s, tenants, service_jitter=jitter)
+
+
+def check_conservation(sim: NodeSimulator, result, before: dict) -> None:
+    for name, st in result.tenants.items():
+        if st.kind == "inference":
+            assert st.queued_at_end == before.get(name, 0) + st.arrived - st.completed - st.dropped, name
+            before[name] = st.queued_at_end
+
+
+# ------------------------------------------------------------------ queueing theory
+def test_md1_mean_queueing_delay_matches_pollaczek_khinchine():
+    """M/D/1 at 70% load: deterministic 1 ms service, Poisson arrivals at 700/s."""
+    perf = FakePerformanceModel(base_ms=0.5, per_item_ms=0.5)  # 1 ms per request on 7g
+    tenant = InferenceTenant("a", "toy-a", slo_ms=1000, arrivals=PoissonArrivals(700.0), max_batch=1, batch_timeout_ms=0, queue_capacity=100000)
+    sim = NodeSimulator(scenario([tenant], duration_s=2000.0, interval_s=10.0), perf, seed=7)
+    cfg = config("7g@0", {"a": TenantPlacement(0, 0, 100.0, 1)})
+    latency_sum_ms = completed = 0
+    while not sim.done:
+        st = sim.step(cfg).tenants["a"]
+        latency_sum_ms += st.latency_ms_mean * st.completed
+        completed += st.completed
+    service_ms, rho = 1.0, 0.7
+    wait_ms = latency_sum_ms / completed - service_ms
+    pk_ms = rho * service_ms / (2 * (1 - rho))  # Pollaczek-Khinchine: W_q = rho S / (2 (1 - rho))
+    assert wait_ms == pytest.approx(pk_ms, rel=0.05)
+
+
+def test_kernel_conserves_requests_under_overload_and_drops_at_the_bound():
+    rng = np.random.default_rng(0)
+    cap, batch = 50, 4
+    wait_buf, flight_buf, state = np.zeros(cap), np.zeros(batch), q.new_state()
+    hist, out = np.zeros(q.HIST_BINS, dtype=np.int64), np.zeros(q.OUT_SIZE)
+    mean = np.array([0.0, 0.01, 0.012, 0.014, 0.016])  # ~250 req/s at batch 4
+    for k in range(20):
+        arrivals = np.sort(rng.uniform(k, k + 1, 400))  # 400 req/s
+        q.serve_interval(arrivals, k, k + 1.0, k, wait_buf, flight_buf, state, mean, np.zeros(5), batch, 0.001, 0.1, rng, hist, out)
+        in_system = state[q.S_WAITING] + state[q.S_FLIGHT_N]
+        assert out[q.O_ARRIVED] == out[q.O_COMPLETED] + out[q.O_DROPPED] + in_system
+        assert state[q.S_WAITING] <= cap
+    assert out[q.O_DROPPED] > 0
+    assert hist.sum() == out[q.O_COMPLETED]
+
+
+def test_dynamic_batching_waits_for_the_timeout_or_a_full_batch():
+    rng = np.random.default_rng(0)
+    wait_buf, flight_buf, state = np.zeros(100), np.zeros(4), q.new_state()
+    hist, out = np.zeros(q.HIST_BINS, dtype=np.int64), np.zeros(q.OUT_SIZE)
+    mean = np.array([0.0, 0.001, 0.001, 0.001, 0.001])
+    # Two requests: the batch starts at the first one's timeout (5 ms) and ends 1 ms later.
+    q.serve_interval(np.array([0.0, 0.002]), 0.0, 1.0, 0.0, wait_buf, flight_buf, state, mean, np.zeros(5), 4, 0.005, 1.0, rng, hist, out)
+    assert out[q.O_BATCHES] == 1 and out[q.O_LATENCY_SUM_S] == pytest.approx(0.006 + 0.004)
+    # Four requests by 3 ms: the batch is full at the fourth arrival and starts then.
+    out[:] = 0
+    q.serve_interval(np.array([2.0, 2.001, 2.002, 2.003]), 1.0, 3.0, 1.0, wait_buf, flight_buf, state, mean, np.zeros(5), 4, 0.005, 1.0, rng, hist, out)
+    assert out[q.O_BATCHES] == 1 and out[q.O_LATENCY_SUM_S] == pytest.approx(0.004 + 0.003 + 0.002 + 0.001)
+
+
+def test_histogram_percentiles_are_within_two_percent():
+    latencies_s = np.random.default_rng(3).lognormal(np.log(0.02), 0.5, 100000)
+    hist = np.zeros(q.HIST_BINS, dtype=np.int64)
+    for x in latencies_s * 1000:
+        hist[int(np.log(x / q.HIST_MIN_MS) / np.log(q.HIST_RATIO))] += 1
+    for p in (50, 99):
+        exact = np.percentile(latencies_s * 1000, p)
+        assert q.percentile_ms(hist, p) == pytest.approx(exact, rel=0.021)
+
+
+# ------------------------------------------------------------------ node simulator
+def four_tenants(rate=150.0, capacity=4096):
+    return [
+        InferenceTenant(f"t{i}", "toy-a", slo_ms=50, arrivals=MmppArrivals([rate / 2, rate * 3], [20, 5]) if i % 2 else PoissonArrivals(rate),
+                        max_batch=16, batch_timeout_ms=2, queue_capacity=capacity, restart_s=3.0)
+        for i in range(4)
+    ]
+
+
+LAYOUT = "2g@0,2g@2,2g@4,1g@6"
+
+
+def spread(batch=8, mps=100.0):
+    return {f"t{i}": TenantPlacement(0, i, mps, batch) for i in range(4)}
+
+
+def test_conservation_every_step_through_reconfigurations_and_drops():
+    sim = NodeSimulator(scenario(four_tenants(rate=400.0, capacity=200), duration_s=300.0), FakePerformanceModel(p99_ratio=1.5), seed=1)
+    plans = [config(LAYOUT, spread()), config("7g@0", {f"t{i}": TenantPlacement(0, 0, 25.0, 16) for i in range(4)}),
+             config("3g@0,3g@4", {"t0": TenantPlacement(0, 0), "t1": TenantPlacement(0, 1, 50, 4), "t2": TenantPlacement(0, 1, 50, 4), "t3": TenantPlacement(0, 0, 100, 2)})]
+    before: dict = {}
+    dropped = 0
+    for k in range(30):
+        result = sim.step(plans[(k // 3) % 3])
+        check_conservation(sim, result, before)
+        dropped += sum(st.dropped for st in result.tenants.values())
+    assert dropped > 0  # the small queues did overflow
+    totals = sim.summary()
+    for entry in totals.values():
+        assert entry["arrived"] == entry["completed"] + entry["dropped"] + entry["queued_at_end"]
+
+
+def test_layout_change_costs_gi_time_plus_restart_and_requests_keep_queueing():
+    tenants = four_tenants()
+    sim = NodeSimulator(scenario(tenants), FakePerformanceModel(), seed=2)
+    start = config(LAYOUT, spread())
+    sim.reset(2, configuration=start)
+    sim.step(start)
+    # Merge the first two 2g instances into a 4g: t0 and t1 move; t2 and t3 keep their instances.
+    new = config("4g@0,2g@4,1g@6", {"t0": TenantPlacement(0, 0, 50, 8), "t1": TenantPlacement(0, 0, 50, 8), "t2": TenantPlacement(0, 1, 100, 8), "t3": TenantPlacement(0, 2, 100, 8)})
+    result = sim.step(new)
+    spec = load_gpu(GPU)
+    gi_s = 2 * spec.profiles["2g.10gb"].destroy_s + spec.profiles["4g.20gb"].create_s
+    assert result.gpu_reconfiguration_s[0] == pytest.approx(gi_s)
+    for name in ("t0", "t1"):
+        st = result.tenants[name]
+        assert st.restarted and st.downtime_s == pytest.approx(gi_s + 3.0)
+        # Nothing is served during ~3.4 s of the 10 s interval.
+        assert st.utilization < 1.0 - (gi_s + 3.0) / 10 + 1e-6
+    for name in ("t2", "t3"):
+        assert not result.tenants[name].restarted and result.tenants[name].downtime_s == 0
+    # A tenant down for the whole interval only queues.
+    sim2 = NodeSimulator(scenario([dataclasses.replace(tenants[0], restart_s=25.0)]), FakePerformanceModel(), seed=2)
+    a = config("7g@0", {"t0": TenantPlacement(0, 0, 100, 8)})
+    sim2.reset(2, configuration=a)
+    down = sim2.step(config("7g@0", {"t0": TenantPlacement(0, 0, 50, 8)})).tenants["t0"]  # MPS share change: restart
+    assert down.restarted and down.completed == 0 and down.queued_at_end == down.arrived
+
+
+def test_mps_share_change_restarts_batch_change_does_not():
+    sim = NodeSimulator(scenario(four_tenants()), FakePerformanceModel(), seed=3)
+    base = config(LAYOUT, spread(batch=8, mps=100))
+    sim.reset(3, configuration=base)
+    sim.step(base)
+    result = sim.step(config(LAYOUT, spread(batch=16, mps=100)))
+    assert not any(st.restarted for st in result.tenants.values())
+    placements = spread(batch=16)
+    placements["t2"] = TenantPlacement(0, 2, 60.0, 16)
+    result = sim.step(config(LAYOUT, placements))
+    assert [n for n, st in result.tenants.items() if st.restarted] == ["t2"]
+
+
+def test_priority_fill_keeps_the_high_priority_latency_and_fills_gaps():
+    # A lightly loaded high-priority tenant, so that its latency is mostly service time.
+    hi = InferenceTenant("hi", "toy-a", slo_ms=50, arrivals=PoissonArrivals(20.0), priority=Priority.HIGH, max_batch=8, batch_timeout_ms=1)
+    lo = InferenceTenant("lo", "toy-b", slo_ms=1000, arrivals=PoissonArrivals(300.0), priority=Priority.LOW, max_batch=8, batch_timeout_ms=1)
+    perf = FakePerformanceModel()
+    both = {"hi": TenantPlacement(0, 0, 100, 8), "lo": TenantPlacement(0, 0, 100, 8)}
+    sim = NodeSimulator(scenario([hi, lo], duration_s=200.0), perf, seed=4)
+    results = [sim.step(config("3g@0", both, [SharingMode.PRIORITY_FILL])) for _ in range(20)]
+    alone = NodeSimulator(scenario([hi], duration_s=200.0), perf, seed=4)
+    solo = [alone.step(config("3g@0", {"hi": both["hi"]})) for _ in range(20)]
+    hi_latency = np.mean([r.tenants["hi"].latency_ms_mean for r in results])
+    solo_latency = np.mean([r.tenants["hi"].latency_ms_mean for r in solo])
+    assert hi_latency <= solo_latency * 1.05 * 1.02  # FIKIT: at most 5% overhead (2% noise)
+    hi_util = np.mean([r.tenants["hi"].utilization for r in results])
+    lo_util = np.mean([r.tenants["lo"].utilization for r in results])
+    assert 0 < hi_util < 1 and lo_util > 0
+    # The filler is slowed by 1 / (idle fraction): its batches take longer than solo ones.
+    lo_alone = NodeSimulator(scenario([lo], duration_s=200.0), perf, seed=4)
+    lo_solo = [lo_alone.step(config("3g@0", {"lo": both["lo"]})) for _ in range(20)]
+    assert np.mean([r.tenants["lo"].latency_ms_mean for r in results]) > np.mean([r.tenants["lo"].latency_ms_mean for r in lo_solo])
+
+
+def test_time_slicing_and_mps_use_the_performance_model_with_co_runners():
+    tenants = four_tenants(rate=1.0)[:2]  # so light that nobody queues: latency = service time
+    perf = FakePerformanceModel()
+    results = {}
+    for mode in (SharingMode.MPS, SharingMode.TIME_SLICE):
+        sim = NodeSimulator(scenario(tenants), perf, seed=5)
+        placements = {"t0": TenantPlacement(0, 0, 50, 1), "t1": TenantPlacement(0, 0, 50, 1)}
+        results[mode] = sim.step(config("7g@0", placements, [mode])).tenants["t0"].latency_ms_mean
+    # Toy model: MPS at 50% with one co-runner -> 2.5 ms / 0.5 * 1.1; time slicing -> 2.5 ms * 2.
+    assert results[SharingMode.MPS] == pytest.approx(5.5, rel=0.05)
+    assert results[SharingMode.TIME_SLICE] == pytest.approx(5.0, rel=0.05)
+
+
+def test_out_of_memory_instance_serves_nothing():
+    perf = FakePerformanceModel(memory_gib_per_model=3.0)  # two models need 6 GiB, a 1g has 5
+    tenants = four_tenants(rate=50.0)[:2]
+    sim = NodeSimulator(scenario(tenants), perf, seed=6)
+    result = sim.step(config("1g@0", {"t0": TenantPlacement(0, 0, 50, 1), "t1": TenantPlacement(0, 0, 50, 1)}))
+    assert all(st.out_of_memory and st.completed == 0 for st in result.tenants.values())
+
+
+def test_same_seed_reproduces_and_rewards_add_up_to_the_totals():
+    def episode(seed):
+        sim = NodeSimulator(scenario(four_tenants(), duration_s=100.0, jitter=True), FakePerformanceModel(p99_ratio=1.4), seed=seed)
+        rewards = [sim.step(config(LAYOUT, spread())).reward for _ in range(10)]
+        return rewards, sim
+    a, sim = episode(11)
+    b, _ = episode(11)
+    c, _ = episode(12)
+    assert a == b and a != c
+    assert sum(a) == pytest.approx(sim.totals.total)
+    assert sum(e["objective"] for e in sim.summary().values()) == pytest.approx(sim.totals.total)
+    sim.reset(11)
+    assert [sim.step(config(LAYOUT, spread())).reward for _ in range(10)] == a  # reset(seed) replays
+
+
+def test_continual_learning_accuracy_drops_at_drift_and_recovers_with_training():
+    serve = InferenceTenant("svc", "toy-a", slo_ms=100, arrivals=PoissonArrivals(100.0), max_batch=8)
+    job = ContinualLearningJob("cl", serves="svc", model="toy-b", curve=EkyaCurve(0.5, 2.0, 0.05), samples_per_unit=1000, drift_window_s=50)
+    be = BestEffortJob("be", "toy-c")
+    sim = NodeSimulator(scenario([serve, job, be], duration_s=200.0), FakePerformanceModel(), seed=8)
+    cfg = config("3g@0,3g@4", {"svc": TenantPlacement(0, 0, 100, 8), "cl": TenantPlacement(0, 1, 50, 32), "be": TenantPlacement(0, 1, 50, 16)})
+    accuracy = [sim.step(cfg).tenants["svc"].accuracy for _ in range(10)]
+    assert accuracy[1] > accuracy[0] and accuracy[4] > accuracy[1]  # training raises it
+    assert accuracy[5] < accuracy[4]  # drift at t = 50 s
+    obs = sim.observation()
+    assert set(obs["svc"]) >= {"arrival_rate_rps", "queue_length", "p99_over_slo", "slo_attainment", "accuracy"}
+    # Without the CL job placed, accuracy stays at the post-drift level.
+    idle = NodeSimulator(scenario([serve, job, be], duration_s=200.0), FakePerformanceModel(), seed=8)
+    flat = [idle.step(config("3g@0,3g@4", {"svc": TenantPlacement(0, 0, 100, 8)})).tenants["svc"].accuracy for _ in range(3)]
+    assert flat == [job.curve.accuracy(0)] * 3
+    result = sim.step(cfg)
+    assert result.tenants["be"].best_effort_progress_s > 0 and result.terms.best_effort_progress > 0
+
+
+def test_multi_gpu_node():
+    tenants = four_tenants()
+    sim = NodeSimulator(scenario(tenants, gpu_count=2), FakePerformanceModel(), seed=9)
+    lay = (parse_layout("7g@0", GPU), parse_layout("3g@0,3g@4", GPU))
+    cfg = Configuration(lay, ((SharingMode.TIME_SLICE,), (SharingMode.MPS, SharingMode.MPS)),
+                        {"t0": TenantPlacement(0, 0), "t1": TenantPlacement(0, 0), "t2": TenantPlacement(1, 0), "t3": TenantPlacement(1, 1)})
+    result = sim.step(cfg)
+    assert all(st.completed > 0 for st in result.tenants.values())
+    with pytest.raises(ValueError, match="instance 2 does not exist"):
+        sim.step(dataclasses.replace(cfg, placements={**cfg.placements, "t3": TenantPlacement(1, 2)}))
+
+
+def test_unknown_model_is_rejected():
+    bad = InferenceTenant("x", "no-such-model", 50, PoissonArrivals(1.0))
+    with pytest.raises(ValueError, match="no-such-model"):
+        NodeSimulator(scenario([bad]), FakePerformanceModel())
+    assert math.isfinite(FakePerformanceModel().train_step_s(GPU, "toy-a", 8))
+
+
+def test_gpu_without_mig_is_one_instance_shared_by_mps():
+    tenants = four_tenants(rate=50.0)[:2]
+    sim = NodeSimulator(Scenario("v100", "v100-16gb", 1, 100.0, 10.0, tenants, service_jitter=False), FakePerformanceModel(), seed=10)
+    empty = parse_layout("", "v100-16gb")
+    cfg = Configuration((empty,), ((SharingMode.MPS,),), {"t0": TenantPlacement(0, 0, 50, 4), "t1": TenantPlacement(0, 0, 50, 4)})
+    result = sim.step(cfg)
+    assert all(st.completed > 0 and st.out_of_memory is False for st in result.tenants.values())
