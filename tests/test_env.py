@@ -18,6 +18,7 @@ from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 from rlsched.hardware import parse_layout
 from rlsched.solver import feasibility_problems
+from rlsched.workloads.scenario import scenarios_dir
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
 
@@ -41,6 +42,17 @@ def test_make_by_name_registers_time_limit_and_spaces():
     obs, info = env.reset(seed=1)
     assert env.observation_space.contains(obs) and obs.dtype == np.float32
     assert info["layout"] == ("2g.10gb@0,2g.10gb@2,2g.10gb@4,1g.5gb@6",)  # the scenario's reference
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in scenarios_dir().glob("*.yaml")))
+def test_every_shipped_scenario_runs_random_actions(name):
+    env = GpuShareEnv(name)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(2):
+        obs, reward, _, _, info = env.step(env.action_space.sample())
+        assert env.observation_space.contains(obs) and math.isfinite(reward)
+        assert info["configuration"].problems(env.tenant_names) == []
 
 
 def test_make_by_yaml_path():
