@@ -16,12 +16,11 @@ from rlsched.errors import ConfigError
 from rlsched.goodput import GoodputTerms
 from rlsched.simulator.node import NodeSimulator, StepResult
 from rlsched.simulator.perf import PerformanceModelLike
+from rlsched.simulator.run import PERF_MODELS, load_performance_model
 from rlsched.workloads.scenario import Scenario, load_scenario
 
 #: Backends :func:`make_backend` knows by name.
 BACKENDS = ("sim",)
-#: Performance models known by name: the calibrated model, and the uncalibrated test model.
-PERF_MODELS = ("calibrated", "toy")
 
 
 class Backend(Protocol):
@@ -51,19 +50,13 @@ class Backend(Protocol):
         ...
 
 
-def load_performance_model(perf_model: str | PerformanceModelLike) -> PerformanceModelLike:
+def performance_model(perf_model: str | PerformanceModelLike) -> PerformanceModelLike:
     """``"calibrated"`` (issue 3's model), ``"toy"`` (deterministic, for tests) or a model object."""
     if not isinstance(perf_model, str):
         return perf_model
-    if perf_model == "calibrated":
-        from rlsched.perfmodel import PerformanceModel
-
-        return PerformanceModel.load()
-    if perf_model == "toy":
-        from rlsched.simulator.testing import FakePerformanceModel
-
-        return FakePerformanceModel()
-    raise ConfigError("environment", "perf_model", perf_model, f"allowed: {', '.join(PERF_MODELS)}, or a performance model object")
+    if perf_model not in PERF_MODELS:
+        raise ConfigError("environment", "perf_model", perf_model, f"allowed: {', '.join(PERF_MODELS)}, or a performance model object")
+    return load_performance_model(perf_model)
 
 
 def resolve_scenario(scenario: str | Path | Scenario) -> Scenario:
@@ -117,5 +110,5 @@ def make_backend(backend: str | Backend, scenario: Scenario, perf_model: str | P
     if not isinstance(backend, str):
         return backend
     if backend == "sim":
-        return SimBackend(scenario, load_performance_model(perf_model))
+        return SimBackend(scenario, performance_model(perf_model))
     raise ConfigError("environment", "backend", backend, f"allowed: {', '.join(BACKENDS)} (nvml: not yet, the daemon adds it)")
