@@ -27,6 +27,8 @@ class Backend(Protocol):
     """A node of GPUs the environment configures, one decision interval per :meth:`step`."""
 
     scenario: Scenario
+    #: the performance model behind the backend's predictions (policies plan with it)
+    perf_model: PerformanceModelLike
 
     def reset(self, seed: int | None, configuration: Configuration | None) -> None:
         """Start an episode at time 0 in ``configuration`` (None: nothing deployed yet)."""
