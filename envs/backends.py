@@ -51,6 +51,10 @@ class Backend(Protocol):
         """Goodput terms summed since :meth:`reset` (the episode objective so far)."""
         ...
 
+    def summary(self) -> dict[str, dict[str, float | int | str]]:
+        """Per tenant, totals since :meth:`reset` (see ``NodeSimulator.summary``)."""
+        ...
+
 
 def performance_model(perf_model: str | PerformanceModelLike) -> PerformanceModelLike:
     """``"calibrated"`` (issue 3's model), ``"toy"`` (deterministic, for tests) or a model object."""
@@ -105,6 +109,9 @@ class SimBackend:
     @property
     def totals(self) -> GoodputTerms:
         return self.simulator.totals
+
+    def summary(self) -> dict[str, dict[str, float | int | str]]:
+        return self.simulator.summary()
 
 
 def make_backend(backend: str | Backend, scenario: Scenario, perf_model: str | PerformanceModelLike) -> Backend:
