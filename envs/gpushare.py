@@ -14,7 +14,7 @@ on; nothing terminal happens).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from rlsched.envs.observations import ObservationEncoder
 from rlsched.errors import ConfigError
 from rlsched.simulator.node import StepResult
 from rlsched.simulator.perf import PerformanceModelLike
-from rlsched.solver import InfeasibleRequest, RepairProblem, RepairResult, RepairWeights, repair, repair_configuration
+from rlsched.solver import InfeasibleRequest, RepairProblem, RepairResult, RepairWeights, TenantRequest, repair, repair_configuration
 from rlsched.workloads.scenario import Scenario
 
 #: A repair whose weighted distance is at most this gave exactly what was asked.
@@ -74,6 +74,7 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self.tenant_names = [t.name for t in self.scenario.tenants]
         self.current: Configuration | None = self.scenario.reference
         self.last_step: StepResult | None = None
+        self.backend_seed: int | None = None  # the seed the backend's episode started from
         self._gpu_reconfiguration_s: tuple[float, ...] = (0.0,) * self.scenario.gpu_count
         self._check_every_action_is_executable()
 
@@ -92,13 +93,21 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
 
         :param seed: seeds ``np_random``, from which the backend's seed is drawn
         :param options: ``{"configuration": Configuration}`` to start from another
-            configuration than the scenario's reference
+            configuration than the scenario's reference; ``{"backend_seed": int}`` to replay
+            the backend episode of another env (see :attr:`backend_seed`; hindsight baselines)
         """
         super().reset(seed=seed)
-        start = (options or {}).get("configuration", self.scenario.reference)
+        options = options or {}
+        start = options.get("configuration", self.scenario.reference)
         if start is not None and not isinstance(start, Configuration):
             raise ConfigError("reset options", "configuration", start, "expected a Configuration")
-        self.backend.reset(int(self.np_random.integers(2**63 - 1)), start)
+        # Drawn even when replaying, so that np_random advances the same way.
+        drawn = int(self.np_random.integers(2**63 - 1))
+        replay = options.get("backend_seed")
+        if replay is not None and (isinstance(replay, bool) or not isinstance(replay, int | np.integer)):
+            raise ConfigError("reset options", "backend_seed", replay, "expected an integer")
+        self.backend_seed = drawn if replay is None else int(replay)
+        self.backend.reset(self.backend_seed, start)
         self.current = start
         self.last_step = None
         self._gpu_reconfiguration_s = (0.0,) * self.scenario.gpu_count
@@ -112,6 +121,18 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         decision_ms = (self.clock() - started) * 1e3
         repaired = bool(decoded.clamped) or fallback or result.distance > EXACT_DISTANCE
         return self._run(result, repaired, fallback, decision_ms, {"clamped": {k: list(v) for k, v in decoded.clamped.items()}})
+
+    def step_requests(self, requests: Mapping[str, TenantRequest]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Like :meth:`step`, for a policy that states exact per-tenant requests (compute
+        slices, memory, GPU, mode, share, batch) instead of action levels."""
+        missing = [n for n in self.tenant_names if n not in requests]
+        if missing:
+            raise ConfigError("policy output", "requests", missing[0], "every tenant needs a request")
+        started = self.clock()
+        problem = RepairProblem((self.scenario.gpu,) * self.scenario.gpu_count, {n: requests[n] for n in self.tenant_names})
+        result, fallback = self._repair(problem)
+        decision_ms = (self.clock() - started) * 1e3
+        return self._run(result, fallback or result.distance > EXACT_DISTANCE, fallback, decision_ms, {"clamped": {}})
 
     def step_configuration(self, configuration: Configuration) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Like :meth:`step`, for a policy that asks for an exact configuration (a baseline).

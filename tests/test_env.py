@@ -144,6 +144,16 @@ def test_seeding_is_deterministic():
     assert a[1] != c[1]  # another seed, other arrivals
 
 
+def test_backend_seed_replays_an_episode():
+    a, b = GpuShareEnv(TINY), GpuShareEnv(TINY)
+    a.reset(seed=9)
+    b.reset(seed=1, options={"backend_seed": a.backend_seed})
+    action = np.zeros(a.action_space.shape, dtype=np.int64)
+    assert [a.step(action)[1] for _ in range(3)] == [b.step(action)[1] for _ in range(3)]
+    with pytest.raises(ConfigError, match="backend_seed"):
+        a.reset(options={"backend_seed": "x"})
+
+
 def test_masks_cover_every_level_and_masked_levels_still_execute(env):
     masks = env.action_masks()
     assert masks.shape == (int(env.action_space.nvec.sum()),) and masks.dtype == bool
