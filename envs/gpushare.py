@@ -31,6 +31,8 @@ from rlsched.simulator.perf import PerformanceModelLike
 from rlsched.solver import InfeasibleRequest, RepairProblem, RepairResult, RepairWeights, TenantRequest, repair, repair_configuration
 from rlsched.workloads.scenario import Scenario
 
+#: Repairs remembered per environment (request + running configuration -> result).
+REPAIR_CACHE_SIZE = 4096
 #: A repair whose weighted distance is at most this gave exactly what was asked.
 EXACT_DISTANCE = 1e-6
 
@@ -75,6 +77,7 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self.current: Configuration | None = self.scenario.reference
         self.last_step: StepResult | None = None
         self.backend_seed: int | None = None  # the seed the backend's episode started from
+        self._repair_cache: dict[tuple, tuple[RepairResult, bool]] = {}
         self._gpu_reconfiguration_s: tuple[float, ...] = (0.0,) * self.scenario.gpu_count
         self._check_every_action_is_executable()
 
@@ -177,13 +180,27 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
 
     # ------------------------------------------------------------------ internals
     def _repair(self, problem: RepairProblem) -> tuple[RepairResult, bool]:
-        """The repaired configuration, and whether the batch-1 fallback was needed."""
+        """The repaired configuration, and whether the batch-1 fallback was needed.
+
+        The repair is a pure function of the request and the running configuration, so
+        results are memoized: a policy repeating an inexact request (the ILP's fast path
+        only covers exact ones) costs a dictionary lookup, not a solve.
+        """
+        current = self.current
+        key = (tuple(problem.tenants.items()), None if current is None else (current.layouts, current.modes, tuple(current.placements.items())))
+        cached = self._repair_cache.get(key)
+        if cached is not None:
+            return cached
         try:
-            return repair(problem, self.current, self.repair_weights), False
+            outcome = repair(problem, current, self.repair_weights), False
         except InfeasibleRequest:
             # Memory cannot be packed at the requested batches; batch 1 always can (checked
             # at construction), so the action still executes, with the smallest batches.
-            return repair(self.codec.with_smallest_batches(problem), self.current, self.repair_weights), True
+            outcome = repair(self.codec.with_smallest_batches(problem), current, self.repair_weights), True
+        if len(self._repair_cache) >= REPAIR_CACHE_SIZE:
+            self._repair_cache.pop(next(iter(self._repair_cache)))  # oldest first
+        self._repair_cache[key] = outcome
+        return outcome
 
     def _run(self, result: RepairResult, repaired: bool, fallback: bool, decision_ms: float, extra: dict[str, Any]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         config = result.configuration
