@@ -10,6 +10,7 @@ import pytest
 from rlsched.agents.baselines import POLICIES, apply, make_policy
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
+from rlsched.workloads.scenario import scenarios_dir
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
 
@@ -62,3 +63,23 @@ def test_igniter_gives_a_busier_tenant_at_least_as_much_share():
     _, low = policy.alone(resnet, 50.0)
     _, high = policy.alone(resnet, 800.0)
     assert high >= low
+
+
+def _goodputs(scenario: str) -> dict[str, float]:
+    from rlsched.agents.evaluation import evaluate
+
+    result, _ = evaluate(scenario, list(POLICIES), episodes=1, seed=0, progress=False)
+    return {name: m["goodput"] for name, m in result["policies"].items()}
+
+
+def test_oracle_is_at_least_every_policy_on_the_small_scenario():
+    goodput = _goodputs(TINY)
+    assert all(goodput["oracle"] >= g - 1e-6 for g in goodput.values()), goodput
+    assert goodput["static-best"] >= max(goodput[n] for n in ("static-equal", "fikit", "igniter", "paris-elsa")) - 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", sorted(p.stem for p in scenarios_dir().glob("*.yaml")))
+def test_oracle_is_at_least_every_policy_on_every_shipped_scenario(scenario):
+    goodput = _goodputs(scenario)
+    assert all(goodput["oracle"] >= g - 1e-6 for g in goodput.values()), goodput
