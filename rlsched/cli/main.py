@@ -158,6 +158,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Report what NVML sees (read-only); exit 2 without an NVIDIA driver."""
+    from rlsched.daemon.probe import probe_node
+
+    nvml = None
+    if args.fake:
+        from rlsched.daemon.fake_nvml import FakeNvml
+
+        gpus, layouts = zip(*(item.partition(":")[::2] for item in args.fake))
+        nvml = FakeNvml(list(gpus), layouts=list(layouts))
+    report = probe_node(nvml)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="rlsched", description=__doc__.split("\n\n")[0])
@@ -217,6 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Performance model: heavy imports (scipy, torch) happen inside the command functions.
     from rlsched.perfmodel.commands import register as register_perfmodel
     register_perfmodel(sub)
+    p = sub.add_parser("probe", help="report what NVML sees: GPUs, MIG mode, instances, profiles and placements (read-only)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--fake", action="append", metavar="GPU[:LAYOUT]", default=[],
+        help="probe the in-memory fake NVML instead (demo/test), one per GPU, e.g. a100-40gb:3g@0,3g@4",
+    )
+    p.set_defaults(func=cmd_probe)
     return parser
 
 

@@ -28,6 +28,7 @@ fraction), never below the performance model's minimum idle fraction.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -162,6 +163,9 @@ class NodeSimulator:
             if t.model not in known:
                 raise ValueError(f"scenario {scenario.name}: tenant {t.name} uses model {t.model!r}, unknown to the performance model ({', '.join(sorted(known))})")
         self._curve_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        # Own copies: MMPP and ServeGen processes carry state, and several simulators (e.g.
+        # vectorised environments) may share one Scenario object.
+        self._arrivals = {t.name: copy.deepcopy(t.arrivals) for t in scenario.inference_tenants()}
         sharing = getattr(perf_model, "_sharing", None)  # the calibrated model's sharing-modes.yaml
         self.min_idle_fraction = float(sharing["priority_fill"]["min_idle_frac"]) if isinstance(sharing, dict) and "priority_fill" in sharing else MIN_IDLE_FRACTION
         self._seed = seed
@@ -197,8 +201,8 @@ class NodeSimulator:
         self._work_done = {t.name: 0.0 for t in self.scenario.tenants}
         self._downtime_total_s = {t.name: 0.0 for t in self.scenario.tenants}
         self.totals = GoodputTerms()
-        for t in self.scenario.inference_tenants():
-            t.arrivals.reset(self.rng)
+        for process in self._arrivals.values():
+            process.reset(self.rng)
         return self.observation()
 
     @property
@@ -450,7 +454,7 @@ class NodeSimulator:
 
     def _serve(self, t: InferenceTenant, slot: _Slot | None, t0: float, t1: float, up_from: float, speed: float) -> TenantStepStats:
         server = self._servers[t.name]
-        arrivals = t.arrivals.sample(t0, t1, self.rng)
+        arrivals = self._arrivals[t.name].sample(t0, t1, self.rng)
         server.out.fill(0.0)
         server.hist_step.fill(0)
         if slot is None:
@@ -461,7 +465,7 @@ class NodeSimulator:
                 mean_s = mean_s / speed
         q.serve_interval(arrivals, t0, t1, max(up_from, t0), server.wait_buf, server.flight_buf, server.state,
                          mean_s, sigma, batch, t.batch_timeout_ms / 1000.0, t.slo_ms / 1000.0, self.rng, server.hist_step, server.out)
-        q.close_interval(server.hist_step, server.hist_total, _P50_P99, server.percentiles_ms)
+        q.close_interval(server.hist_step, server.hist_total, _P50_P99, server.percentiles_ms, _EDGES_MS)
         out = server.out
         server.totals += out
         completed = int(out[q.O_COMPLETED])
@@ -499,3 +503,4 @@ class NodeSimulator:
 _NO_SERVICE_MEAN = np.array([0.0, 1.0])
 _NO_SERVICE_SIGMA = np.zeros(2)
 _P50_P99 = np.array([50.0, 99.0])
+_EDGES_MS = q.histogram_edges_ms()
