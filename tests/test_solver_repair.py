@@ -186,8 +186,8 @@ def test_multi_gpu_prefers_the_requested_gpu_and_is_deterministic():
     assert sum(honoured) >= len(honoured) - 2
 
 
-def test_multi_gpu_packing_cut_spreads_tenants():
-    # Three 15 GiB tenants all prefer GPU 0, which can hold only two such GIs (3g/4g).
+def test_multi_gpu_memory_spreads_tenants_off_their_preferred_gpu():
+    # Three 15 GiB tenants all prefer GPU 0, whose 40 GiB hold only two of them.
     tenants = {f"t{i}": TenantRequest(1.0, 15.0, preferred_gpu=0) for i in range(3)}
     result = repair(RepairProblem(("a100-40gb", "a100-40gb"), tenants))
     gpus = sorted(p.gpu_index for p in result.configuration.placements.values())

@@ -452,13 +452,9 @@ class _Solver:
             plans = [plan]
         else:
             plans = self._solve_node(names)
-        config = Configuration(
-            tuple(p.layout for p in plans),
-            tuple(p.modes for p in plans),
-            {name: placement for p in plans for name, placement in sorted(p.placements.items())},
-        )
+        placed = {name: placement for p in plans for name, placement in p.placements.items()}
         # Placements in request order, so that equal requests give equal mappings.
-        config = Configuration(config.layouts, config.modes, {n: config.placements[n] for n in names})
+        config = Configuration(tuple(p.layout for p in plans), tuple(p.modes for p in plans), {n: placed[n] for n in names})
         return config, sum(p.objective for p in plans), all(p.optimal for p in plans)
 
     def _memory(self, names: list[str]) -> float:
