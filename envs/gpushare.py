@@ -145,13 +145,13 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         if not isinstance(configuration, Configuration):
             raise ConfigError("policy output", "configuration", configuration, "expected a Configuration")
         started = self.clock()
-        memory = {n: self.backend.memory_gib(n, p.batch_size) for n, p in configuration.placements.items() if n in self.tenant_names}
         unknown = sorted(set(configuration.placements) - set(self.tenant_names))
         if unknown:
             raise ConfigError("policy output", "placements", unknown[0], f"unknown tenant (tenants: {', '.join(self.tenant_names)})")
         missing = [n for n in self.tenant_names if n not in configuration.placements]
         if missing:
             raise ConfigError("policy output", "placements", missing[0], "every tenant needs a placement")
+        memory = {n: self.backend.memory_gib(n, p.batch_size) for n, p in configuration.placements.items()}
         fallback = False
         try:
             result = repair_configuration(configuration, memory, self.current, self.repair_weights)
@@ -159,7 +159,6 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
             # Memory cannot be packed: repair the nearest per-tenant request instead, which
             # falls back to batch 1 if it must.
             result, fallback = self._repair(self.codec.decode(self.codec.encode(configuration)).problem)
-            fallback = True
         decision_ms = (self.clock() - started) * 1e3
         repaired = fallback or result.configuration != configuration
         return self._run(result, repaired, fallback, decision_ms, {"clamped": {}})

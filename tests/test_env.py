@@ -212,3 +212,16 @@ def test_maskable_ppo_learns_a_few_steps():
     model.learn(total_timesteps=12)
     action, _ = model.predict(env.reset(seed=0)[0], action_masks=env.action_masks())
     assert env.action_space.contains(action)
+
+
+def test_policy_outputs_with_missing_or_unknown_tenants_are_clear_errors(env):
+    env.reset(seed=0)
+    reference = env.scenario.reference
+    partial = Configuration(reference.layouts, reference.modes, {"resnet": reference.placements["resnet"]})
+    with pytest.raises(ConfigError, match="'bert'.*every tenant needs a placement"):
+        env.step_configuration(partial)
+    extra = Configuration(reference.layouts, reference.modes, {**reference.placements, "ghost": reference.placements["bert"]})
+    with pytest.raises(ConfigError, match="'ghost'.*unknown tenant"):
+        env.step_configuration(extra)
+    with pytest.raises(ConfigError, match="'resnet'.*every tenant needs a request"):
+        env.step_requests({})
