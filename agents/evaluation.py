@@ -215,5 +215,5 @@ def plot(runs: dict[str, list[Episode]], interval_s: float, path: str | Path, ti
     bottom.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legends sit outside the axes
     plt.close(fig)
