@@ -39,3 +39,13 @@ def test_eval_same_seed_same_goodput(tmp_path):
 def test_eval_unknown_policy_exits_2(capsys):
     assert main(["eval", "--scenario", TINY, "--policies", "static-equal,nope", "--no-progress"]) == 2
     assert "'nope'" in capsys.readouterr().err
+
+
+def test_eval_trace_override_changes_the_load(tmp_path):
+    trace = Path(__file__).resolve().parents[1] / "configs" / "traces" / "azure_llm_conv_timestamps.csv"
+    goodput = []
+    for extra in ([], ["--trace", f"resnet={trace}:2"]):
+        out = tmp_path / "eval.json"
+        assert main(["eval", "--scenario", TINY, *extra, "--policies", "static-equal", "--json", str(out), "--no-progress"]) == 0
+        goodput.append(json.loads(out.read_text())["policies"]["static-equal"]["goodput"])
+    assert goodput[0] != goodput[1]
