@@ -137,3 +137,12 @@ def test_cli_bad_values_exit_2(argv: list[str], capsys: pytest.CaptureFixture[st
     args = ["predict"] + [x for kv in base.items() for x in kv]
     assert main(args) == 2
     assert capsys.readouterr().err.startswith("rlsched predict:")
+
+
+@pytest.mark.parametrize("mode", list(SharingMode))
+def test_co_runner_with_only_a_training_calibration(mode: SharingMode) -> None:
+    # A retraining job (model "bert": training calibration only) sharing a GI with an
+    # inference tenant slows it down instead of failing the lookup.
+    alone, _ = MODEL.latency_curve_ms("a100-40gb", "resnet50", 8, "3g.20gb", 50.0, mode)
+    shared, _ = MODEL.latency_curve_ms("a100-40gb", "resnet50", 8, "3g.20gb", 50.0, mode, (CoRunner("bert", 8, 50.0),))
+    assert np.all(shared >= alone)

@@ -143,6 +143,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Run policies on a scenario; print the table, write JSON and the plot."""
+    from rlsched.agents.evaluation import evaluate, format_table, plot, policy_names, write_json
+
+    scenario = load_scenario_from_args(args)
+    result, runs = evaluate(scenario, policy_names(args.policies), args.episodes, args.seed, args.perf_model, progress=not args.no_progress)
+    print(f"scenario {result['scenario']}: {args.episodes} episode(s) per policy, seeds {args.seed}..{args.seed + args.episodes - 1}")
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+    if args.plot:
+        plot(runs, scenario.decision_interval_s, args.plot, scenario.name)
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """Report what NVML sees (read-only); exit 2 without an NVIDIA driver."""
     from rlsched.daemon.probe import probe_node
@@ -202,6 +217,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated", help="calibrated: the performance model of issue 3; toy: an uncalibrated test model")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("eval", help="evaluate policies on a scenario: metrics table, JSON and plot")
+    _add_scenario_arguments(p)
+    p.add_argument("--policies", default="all", help="NAME,NAME,... or all (every baseline)")
+    p.add_argument("--episodes", type=int, default=1, help="episodes per policy (seeds SEED, SEED+1, ...)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="OUT", help="write the metrics as JSON to OUT")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="write the layout timeline and Goodput plot")
+    p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_eval)
 
     # Performance model: heavy imports (scipy, torch) happen inside the command functions.
     from rlsched.perfmodel.commands import register as register_perfmodel

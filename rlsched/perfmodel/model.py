@@ -143,6 +143,14 @@ class PerformanceModel:
         res = self._resources(gpu, mc.gpu, profile, compute_slices, share)
         return latency_ms(mc.params, batch, res), gpu_time_ms(mc.params, batch, res), mc
 
+    def _runner_kind(self, kind: str, model: str) -> str:
+        """The calibration kind to read a co-runner from: the asking tenant's kind when that
+        model has one, else whichever kind does (a retraining job's model, e.g. ``bert``,
+        may have only a training calibration while it shares a GI with inference)."""
+        if (kind, model) in self._by_name:
+            return kind
+        return "inference" if ("inference", model) in self._by_name else "training"
+
     def _l2_util(self, kind: str, gpu: GpuSpec, runner: CoRunner, profile: str | None, compute_slices: int | None, share: float) -> float:
         lat, busy, mc = self._solo(kind, gpu, runner.model, np.array([float(runner.batch)]), profile, compute_slices, share)
         if mc.l2_intensity is not None:
@@ -170,13 +178,13 @@ class PerformanceModel:
             # Shares summing above 100% are scaled down proportionally (sharing-modes.yaml).
             scale = min(1.0, 100.0 / (mps_pct + sum(r.mps_pct for r in colocated)))
             lat, busy, mc = self._solo(kind, gpu, model, batch, profile, compute_slices, mps_pct / 100 * scale)
-            pressure = sum(self._l2_util(kind if (kind, r.model) in self._by_name else "inference", gpu, r, profile, compute_slices,
+            pressure = sum(self._l2_util(self._runner_kind(kind, r.model), gpu, r, profile, compute_slices,
                                          r.mps_pct / 100 * scale) for r in colocated)
             lat = lat + float(self._interference["l2_sensitivity"]) * busy * pressure
         elif mode == SharingMode.TIME_SLICE:
             lat, busy, mc = self._solo(kind, gpu, model, batch, profile, compute_slices, 1.0)
             ts = self._sharing["time_slice"]
-            others = sum(self._busy_fraction(kind if (kind, r.model) in self._by_name else "inference", gpu, r, profile, compute_slices) for r in colocated)
+            others = sum(self._busy_fraction(self._runner_kind(kind, r.model), gpu, r, profile, compute_slices) for r in colocated)
             lat = lat * (1.0 + others) * (1.0 + (float(ts["switch_ms"]) / float(ts["quantum_ms"]) if colocated else 0.0))
         else:
             lat, busy, mc = self._solo(kind, gpu, model, batch, profile, compute_slices, 1.0)
@@ -184,7 +192,7 @@ class PerformanceModel:
             if high_priority:
                 lat = lat * (1.0 + (float(pf["overhead_frac"]) if colocated else 0.0))
             else:
-                others = sum(self._busy_fraction(kind if (kind, r.model) in self._by_name else "inference", gpu, r, profile, compute_slices) for r in colocated)
+                others = sum(self._busy_fraction(self._runner_kind(kind, r.model), gpu, r, profile, compute_slices) for r in colocated)
                 lat = lat / max(float(pf["min_idle_frac"]), 1.0 - others)
         # Work grows with batch; where the smooth fitted form dips at tiny batches (wave
         # under-fill), a batch is never reported faster than a smaller one.

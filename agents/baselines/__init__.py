@@ -1,0 +1,29 @@
+"""Baseline policies, each following a published system (see each class's docstring).
+
+``make_policy("igniter")`` builds one by name; :data:`POLICIES` lists them all.
+"""
+
+from __future__ import annotations
+
+from rlsched.agents.baselines.base import Decision, Policy, apply
+from rlsched.agents.baselines.ekya import Ekya
+from rlsched.agents.baselines.fikit import Fikit
+from rlsched.agents.baselines.hindsight import Oracle, StaticBest
+from rlsched.agents.baselines.igniter import Igniter
+from rlsched.agents.baselines.miso import Miso
+from rlsched.agents.baselines.planners import MigratorIlp, ParisElsa
+from rlsched.agents.baselines.static import StaticEqual
+from rlsched.errors import ConfigError
+
+#: Name -> policy class, in the order tables list them.
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, StaticBest, MigratorIlp, Igniter, Miso, ParisElsa, Ekya, Fikit, Oracle)}
+
+
+def make_policy(name: str) -> Policy:
+    """A fresh policy by its name (see :data:`POLICIES`)."""
+    if name not in POLICIES:
+        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, or all)")
+    return POLICIES[name]()
+
+
+__all__ = ["POLICIES", "Decision", "Policy", "apply", "make_policy"]

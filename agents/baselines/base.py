@@ -1,0 +1,192 @@
+"""What every baseline policy shares: the interface and the small helpers they build on.
+
+A policy sees the observation and the (unwrapped) environment, and returns an action of the
+environment's MultiDiscrete space, an exact :class:`~rlsched.decision.Configuration`, or
+exact per-tenant :class:`~rlsched.solver.TenantRequest` s; :func:`apply` sends each through
+the ILP repair (:meth:`GpuShareEnv.step`, :meth:`~GpuShareEnv.step_configuration`,
+:meth:`~GpuShareEnv.step_requests`), so a baseline cannot apply anything the hardware could
+not carry out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rlsched.decision import Configuration, SharingMode, TenantPlacement
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.hardware import GpuInstance, Layout, load_gpu
+from rlsched.simulator.perf import CoRunner
+from rlsched.solver import TenantRequest
+from rlsched.workloads.tenants import InferenceTenant, Tenant
+
+#: Batch size of a tenant the scenario's reference does not place.
+DEFAULT_BATCH = 8
+#: What a policy returns: an action, an exact configuration, or exact per-tenant requests.
+Decision = np.ndarray | Configuration | Mapping[str, TenantRequest]
+
+
+class Policy:
+    """A decision rule: :meth:`reset` once per episode, :meth:`act` every decision interval."""
+
+    name: ClassVar[str] = ""
+
+    def reset(self, env: GpuShareEnv) -> None:
+        """Prepare for a new episode of ``env`` (called after ``env.reset``)."""
+
+    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Decision:
+        """The decision for the next interval."""
+        raise NotImplementedError
+
+
+def apply(env: GpuShareEnv, decision: Decision) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    """Execute a policy's decision (an action or a configuration) for one interval."""
+    if isinstance(decision, Configuration):
+        return env.step_configuration(decision)
+    if isinstance(decision, Mapping):
+        return env.step_requests(decision)
+    return env.step(decision)
+
+
+def whole_device(gpu_name: str) -> Layout:
+    """One GI holding the whole GPU (the largest standard profile), or no layout without MIG."""
+    gpu = load_gpu(gpu_name)
+    if not gpu.mig_supported:
+        return Layout(gpu_name, ())
+    largest = max((p for p in gpu.profiles.values() if p.variant == "standard"), key=lambda p: (p.compute_slices, p.memory_gib))
+    return Layout(gpu_name, (GpuInstance(0, largest.name),))
+
+
+def whole_device_profile(gpu_name: str) -> str | None:
+    """The profile of :func:`whole_device` (None without MIG: the performance model's whole GPU)."""
+    layout = whole_device(gpu_name)
+    return layout.instances[0].profile if len(layout) else None
+
+
+def reference_batch(env: GpuShareEnv, tenant: Tenant) -> int:
+    """The batch the scenario's reference gives the tenant (:data:`DEFAULT_BATCH` if none),
+    within its ``max_batch``."""
+    reference = env.scenario.reference
+    batch = reference.placements[tenant.name].batch_size if reference and tenant.name in reference.placements else DEFAULT_BATCH
+    return min(batch, tenant.max_batch) if isinstance(tenant, InferenceTenant) else batch
+
+
+def one_gi_per_gpu(env: GpuShareEnv, groups: list[list[tuple[str, float, int]]], mode: SharingMode) -> Configuration:
+    """Each GPU as one whole-device GI in ``mode``, holding its group of (tenant, share %, batch)."""
+    layout = whole_device(env.scenario.gpu)
+    placements = {name: TenantPlacement(g, 0, share, batch) for g, group in enumerate(groups) for name, share, batch in group}
+    order = {n: i for i, n in enumerate(env.tenant_names)}
+    placements = dict(sorted(placements.items(), key=lambda kv: order[kv[0]]))
+    return Configuration(tuple(layout for _ in groups), tuple((mode,) for _ in groups), placements)
+
+
+def arrival_rates_rps(env: GpuShareEnv) -> dict[str, float]:
+    """Each inference tenant's smoothed arrival rate as measured so far, requests/s."""
+    measured = env.backend.observe()
+    return {t.name: float(measured[t.name].get("arrival_rate_ewma_rps", 0.0)) for t in env.scenario.inference_tenants()}
+
+
+def equal_shares(count: int) -> float:
+    """Each of ``count`` tenants' equal MPS share of one GI, percent (floored to 0.01%)."""
+    return math.floor(10000.0 / count) / 100.0
+
+
+class LatencyTable:
+    """Memoized performance-model predictions (mean batch latency, ms) for a scenario's GPU."""
+
+    def __init__(self, env: GpuShareEnv) -> None:
+        self.gpu = env.scenario.gpu
+        self.perf = env.backend.perf_model
+        self._cache: dict[tuple, float] = {}
+
+    def mean_ms(self, model: str, batch: int, profile: str | None, mps_pct: float = 100.0,
+                mode: SharingMode = SharingMode.MPS, colocated: tuple[CoRunner, ...] = ()) -> float:
+        """Mean latency of one batch, ms."""
+        key = (model, batch, profile, mps_pct, mode, colocated)
+        if key not in self._cache:
+            self._cache[key] = float(self.perf.predict(self.gpu, model, batch, profile, mps_pct, mode, colocated).latency_ms_mean)
+        return self._cache[key]
+
+
+#: iGniter's split of the SLO: half for queueing, half for executing a batch.
+EXECUTION_BUDGET_FRACTION = 0.5
+
+
+class CapacityModel:
+    """What a tenant can serve where, from the performance model (used by the planners).
+
+    The capacity of an inference tenant in a GI (at a share, with co-runners) is the largest
+    throughput, over its batch levels, of a batch whose predicted mean latency fits half
+    its SLO (iGniter's budget), requests/s; 0 when no batch fits.
+    """
+
+    def __init__(self, env: GpuShareEnv) -> None:
+        self.env = env
+        self.table = LatencyTable(env)
+        self.gpu = load_gpu(env.scenario.gpu)
+        self._cache: dict[tuple, tuple[float, int]] = {}
+
+    def profiles(self) -> list[str | None]:
+        """Standard GI profiles by compute size (``[None]``: the whole GPU without MIG)."""
+        if not self.gpu.mig_supported:
+            return [None]
+        return [p.name for p in sorted((p for p in self.gpu.profiles.values() if p.variant == "standard"), key=lambda p: p.compute_slices)]
+
+    def slices(self, profile: str | None) -> float:
+        """Compute slices of a profile (the whole device without MIG)."""
+        from rlsched.solver import NON_MIG_COMPUTE_SLICES
+
+        return float(self.gpu.profiles[profile].compute_slices) if profile else NON_MIG_COMPUTE_SLICES
+
+    def capacity(self, t: InferenceTenant, profile: str | None, mps_pct: float = 100.0, mode: SharingMode = SharingMode.MPS,
+                 colocated: tuple[CoRunner, ...] = ()) -> tuple[float, int]:
+        """(requests/s it sustains within half its SLO, the batch that achieves it)."""
+        key = (t.name, profile, mps_pct, mode, colocated)
+        if key not in self._cache:
+            from rlsched.envs.actions import BATCH_LEVELS
+
+            best = (0.0, 1)
+            for batch in BATCH_LEVELS:
+                if batch > t.max_batch:
+                    break
+                latency = self.table.mean_ms(t.model, batch, profile, mps_pct, mode, colocated)
+                if latency <= EXECUTION_BUDGET_FRACTION * t.slo_ms:
+                    best = max(best, (batch * 1000.0 / latency, batch))
+            self._cache[key] = best
+        return self._cache[key]
+
+    def served_fraction(self, t: InferenceTenant, rate_rps: float, profile: str | None, mps_pct: float = 100.0) -> float:
+        """min(1, capacity / rate): the share of its load a placement can serve in time."""
+        return 1.0 if rate_rps <= 0 else min(1.0, self.capacity(t, profile, mps_pct)[0] / rate_rps)
+
+
+def sized_requests(env: GpuShareEnv, model: CapacityModel, rates: dict[str, float], headroom: float) -> dict[str, TenantRequest]:
+    """Per tenant, a whole GI of the smallest size that serves ``headroom x`` its rate
+    within half its SLO (the largest GI if none does), at the batch that achieves it;
+    retraining and best-effort jobs split the compute slices left over (at least one
+    quarter slice each).
+    """
+    requests: dict[str, TenantRequest] = {}
+    used = 0.0
+    for t in env.scenario.inference_tenants():
+        profiles = model.profiles()
+        choice = profiles[-1]
+        for profile in profiles:
+            if model.capacity(t, profile)[0] >= headroom * rates[t.name]:
+                choice = profile
+                break
+        batch = model.capacity(t, choice)[1]
+        slices = model.slices(choice)
+        used += slices
+        requests[t.name] = TenantRequest(slices, env.backend.memory_gib(t.name, batch), mode=SharingMode.MPS, mps_pct=100.0, batch_size=batch)
+    background = [t for t in env.scenario.tenants if not isinstance(t, InferenceTenant)]
+    if background:
+        total = model.slices(model.profiles()[-1]) * env.scenario.gpu_count
+        each = max(0.25, (total - used) / len(background))
+        for t in background:
+            batch = reference_batch(env, t)
+            requests[t.name] = TenantRequest(each, env.backend.memory_gib(t.name, batch), mode=SharingMode.MPS, batch_size=batch)
+    return {n: requests[n] for n in env.tenant_names}

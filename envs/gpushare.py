@@ -1,0 +1,247 @@
+"""``rlsched/GpuShare-v0``: one node of shared GPUs as a Gymnasium environment.
+
+Every step is one decision interval of the scenario: the action (per-tenant requests, see
+:mod:`rlsched.envs.actions`) is repaired by the ILP into an exact
+:class:`~rlsched.decision.Configuration`, the backend (the simulator by default) runs the
+interval under it, and the reward is the interval's Goodput objective
+(:mod:`rlsched.goodput`), so the episode return is the episode objective.
+
+Episodes end by truncation only: when the registration's ``max_episode_steps`` is reached,
+or when the scenario's duration has been simulated, whichever comes first (the system goes
+on; nothing terminal happens).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlsched.decision import Configuration
+from rlsched.envs.actions import ActionCodec
+from rlsched.envs.backends import Backend, make_backend, resolve_scenario
+from rlsched.envs.observations import ObservationEncoder
+from rlsched.errors import ConfigError
+from rlsched.simulator.node import StepResult
+from rlsched.simulator.perf import PerformanceModelLike
+from rlsched.solver import InfeasibleRequest, RepairProblem, RepairResult, RepairWeights, TenantRequest, repair, repair_configuration
+from rlsched.workloads.scenario import Scenario
+
+#: Repairs remembered per environment (request + running configuration -> result).
+REPAIR_CACHE_SIZE = 4096
+#: A repair whose weighted distance is at most this gave exactly what was asked.
+EXACT_DISTANCE = 1e-6
+
+
+class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
+    """A node of ``scenario.gpu_count`` GPUs shared by the scenario's tenants.
+
+    :param scenario: a bundled scenario name (``"default"``), a YAML path, or a Scenario
+    :param backend: ``"sim"`` (the request-level simulator) or a :class:`Backend` object
+    :param perf_model: ``"calibrated"``, ``"toy"`` or a performance model object (sim backend)
+    :param repair_weights: prices of the repair objective (how "nearest" is measured)
+    :param render_mode: None or ``"ansi"`` (a text line per step)
+    :param clock: the clock timings are read from, seconds (tests inject a fixed one so
+        that ``info`` is reproducible; timings are wall time and cannot be otherwise)
+    """
+
+    # A text line per decision; render_fps is nominal (one line per step), set because
+    # Gymnasium's checker asks every renderable env for it.
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        scenario: str | Path | Scenario = "default",
+        backend: str | Backend = "sim",
+        perf_model: str | PerformanceModelLike = "calibrated",
+        repair_weights: RepairWeights = RepairWeights(),
+        render_mode: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError("environment", "render_mode", render_mode, f"allowed: None, {', '.join(self.metadata['render_modes'])}")
+        self.scenario = resolve_scenario(scenario)
+        self.backend = make_backend(backend, self.scenario, perf_model)
+        self.codec = ActionCodec(self.scenario, self.backend.memory_gib)
+        self.encoder = ObservationEncoder(self.scenario, self.backend.memory_gib)
+        self.action_space = self.codec.space
+        self.observation_space = self.encoder.space
+        self.repair_weights = repair_weights
+        self.render_mode = render_mode
+        self.clock = clock
+        self.tenant_names = [t.name for t in self.scenario.tenants]
+        self.current: Configuration | None = self.scenario.reference
+        self.last_step: StepResult | None = None
+        self.backend_seed: int | None = None  # the seed the backend's episode started from
+        self._repair_cache: dict[tuple, tuple[RepairResult, bool]] = {}
+        self._gpu_reconfiguration_s: tuple[float, ...] = (0.0,) * self.scenario.gpu_count
+        self._check_every_action_is_executable()
+
+    def _check_every_action_is_executable(self) -> None:
+        """Memory is the one hard limit the repair cannot trade away; at batch 1 every
+        tenant must be packable, so that the fallback of :meth:`_repair` always succeeds."""
+        smallest = self.codec.with_smallest_batches(self.codec.decode(np.zeros(self.action_space.shape, dtype=np.int64)).problem)
+        try:
+            repair(smallest, None, self.repair_weights)
+        except InfeasibleRequest as exc:
+            raise ConfigError(self.scenario.source, "tenants", self.tenant_names, f"the tenants cannot all be placed even at batch 1: {exc}") from None
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode.
+
+        :param seed: seeds ``np_random``, from which the backend's seed is drawn
+        :param options: ``{"configuration": Configuration}`` to start from another
+            configuration than the scenario's reference; ``{"backend_seed": int}`` to replay
+            the backend episode of another env (see :attr:`backend_seed`; hindsight baselines)
+        """
+        super().reset(seed=seed)
+        options = options or {}
+        start = options.get("configuration", self.scenario.reference)
+        if start is not None and not isinstance(start, Configuration):
+            raise ConfigError("reset options", "configuration", start, "expected a Configuration")
+        # Drawn even when replaying, so that np_random advances the same way.
+        drawn = int(self.np_random.integers(2**63 - 1))
+        replay = options.get("backend_seed")
+        if replay is not None and (isinstance(replay, bool) or not isinstance(replay, int | np.integer)):
+            raise ConfigError("reset options", "backend_seed", replay, "expected an integer")
+        self.backend_seed = drawn if replay is None else int(replay)
+        self.backend.reset(self.backend_seed, start)
+        self.current = start
+        self.last_step = None
+        self._gpu_reconfiguration_s = (0.0,) * self.scenario.gpu_count
+        return self._observation(0.0), self._configuration_info(start)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Repair the action's requests into a configuration and run one interval under it."""
+        started = self.clock()
+        decoded = self.codec.decode(action)
+        result, fallback = self._repair(decoded.problem)
+        decision_ms = (self.clock() - started) * 1e3
+        repaired = bool(decoded.clamped) or fallback or result.distance > EXACT_DISTANCE
+        return self._run(result, repaired, fallback, decision_ms, {"clamped": {k: list(v) for k, v in decoded.clamped.items()}})
+
+    def step_requests(self, requests: Mapping[str, TenantRequest]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Like :meth:`step`, for a policy that states exact per-tenant requests (compute
+        slices, memory, GPU, mode, share, batch) instead of action levels."""
+        missing = [n for n in self.tenant_names if n not in requests]
+        if missing:
+            raise ConfigError("policy output", "requests", missing[0], "every tenant needs a request")
+        started = self.clock()
+        problem = RepairProblem((self.scenario.gpu,) * self.scenario.gpu_count, {n: requests[n] for n in self.tenant_names})
+        result, fallback = self._repair(problem)
+        decision_ms = (self.clock() - started) * 1e3
+        return self._run(result, fallback or result.distance > EXACT_DISTANCE, fallback, decision_ms, {"clamped": {}})
+
+    def step_configuration(self, configuration: Configuration) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Like :meth:`step`, for a policy that asks for an exact configuration (a baseline).
+
+        An infeasible configuration is repaired by the ILP like an action would be.
+        """
+        if not isinstance(configuration, Configuration):
+            raise ConfigError("policy output", "configuration", configuration, "expected a Configuration")
+        started = self.clock()
+        unknown = sorted(set(configuration.placements) - set(self.tenant_names))
+        if unknown:
+            raise ConfigError("policy output", "placements", unknown[0], f"unknown tenant (tenants: {', '.join(self.tenant_names)})")
+        missing = [n for n in self.tenant_names if n not in configuration.placements]
+        if missing:
+            raise ConfigError("policy output", "placements", missing[0], "every tenant needs a placement")
+        memory = {n: self.backend.memory_gib(n, p.batch_size) for n, p in configuration.placements.items()}
+        fallback = False
+        try:
+            result = repair_configuration(configuration, memory, self.current, self.repair_weights)
+        except InfeasibleRequest:
+            # Memory cannot be packed: repair the nearest per-tenant request instead, which
+            # falls back to batch 1 if it must.
+            result, fallback = self._repair(self.codec.decode(self.codec.encode(configuration)).problem)
+        decision_ms = (self.clock() - started) * 1e3
+        repaired = fallback or result.configuration != configuration
+        return self._run(result, repaired, fallback, decision_ms, {"clamped": {}})
+
+    def action_masks(self) -> np.ndarray:
+        """Levels each tenant may use (sb3-contrib MaskablePPO); masked levels are still
+        executable (clamped), the mask only keeps the policy from wasting probability."""
+        return self.codec.masks()
+
+    def render(self) -> str | None:
+        """A text line: time, applied layout per GPU, last reward."""
+        if self.render_mode != "ansi":
+            return None
+        layouts = " | ".join(self._configuration_info(self.current)["layout"])
+        t = self.last_step.t_end_s if self.last_step else 0.0
+        reward = self.last_step.reward if self.last_step else 0.0
+        return f"t={t:.0f}s layout=[{layouts}] reward={reward:.1f}"
+
+    # ------------------------------------------------------------------ internals
+    def _repair(self, problem: RepairProblem) -> tuple[RepairResult, bool]:
+        """The repaired configuration, and whether the batch-1 fallback was needed.
+
+        The repair is a pure function of the request and the running configuration, so
+        results are memoized: a policy repeating an inexact request (the ILP's fast path
+        only covers exact ones) costs a dictionary lookup, not a solve.
+        """
+        current = self.current
+        key = (tuple(problem.tenants.items()), None if current is None else (current.layouts, current.modes, tuple(current.placements.items())))
+        cached = self._repair_cache.get(key)
+        if cached is not None:
+            return cached
+        try:
+            outcome = repair(problem, current, self.repair_weights), False
+        except InfeasibleRequest:
+            # Memory cannot be packed at the requested batches; batch 1 always can (checked
+            # at construction), so the action still executes, with the smallest batches.
+            outcome = repair(self.codec.with_smallest_batches(problem), current, self.repair_weights), True
+        if len(self._repair_cache) >= REPAIR_CACHE_SIZE:
+            self._repair_cache.pop(next(iter(self._repair_cache)))  # oldest first
+        self._repair_cache[key] = outcome
+        return outcome
+
+    def _run(self, result: RepairResult, repaired: bool, fallback: bool, decision_ms: float, extra: dict[str, Any]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        config = result.configuration
+        previous = self.current
+        step = self.backend.step(config)
+        self.current = config
+        self.last_step = step
+        self._gpu_reconfiguration_s = tuple(step.gpu_reconfiguration_s)
+        info: dict[str, Any] = {
+            "repaired": bool(repaired),
+            "repair_distance": float(result.distance),
+            "repair_ms": float(decision_ms),
+            "repair_fast_path": bool(result.fast_path),
+            "repair_fallback": bool(fallback),
+            "reconfigured": previous is None or config != previous,
+            "restarted_tenants": sorted(name for name, st in step.tenants.items() if st.restarted),
+            **self._configuration_info(config),
+            **{k: float(v) for k, v in step.terms.as_dict().items()},
+            **extra,
+        }
+        elapsed = step.t_end_s / self.scenario.duration_s
+        return self._observation(elapsed), float(step.reward), False, bool(step.done), info
+
+    def _observation(self, elapsed_fraction: float) -> np.ndarray:
+        return self.encoder.encode(self.backend.observe(), self.current, self._gpu_reconfiguration_s, elapsed_fraction)
+
+    def _configuration_info(self, config: Configuration | None) -> dict[str, Any]:
+        """The applied configuration in plain values: layout specs, modes and placements."""
+        if config is None:
+            return {"layout": tuple("" for _ in range(self.scenario.gpu_count)), "modes": (), "placements": {}, "configuration": None}
+        return {
+            "layout": tuple(layout.spec() for layout in config.layouts),
+            "modes": tuple(tuple(m.value for m in modes) for modes in config.modes),
+            "placements": {
+                name: {"gpu": p.gpu_index, "instance": p.instance_index, "mps_pct": float(p.mps_pct), "batch_size": int(p.batch_size)}
+                for name, p in config.placements.items()
+            },
+            "configuration": config,
+        }
+
+    @property
+    def objective(self) -> float:
+        """The episode objective so far (Goodput terms summed since reset)."""
+        return float(self.backend.totals.total)
+

@@ -1,0 +1,85 @@
+"""Baseline policies: one interface, named as in issue 5, feasible decisions, cited papers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rlsched.agents.baselines import POLICIES, apply, make_policy
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.errors import ConfigError
+from rlsched.workloads.scenario import scenarios_dir
+
+TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
+
+
+@pytest.fixture(scope="module")
+def env() -> GpuShareEnv:
+    return GpuShareEnv(TINY)
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_policy_runs_an_episode_with_feasible_configurations(env, name):
+    policy = make_policy(name)
+    assert policy.name == name
+    observation, _ = env.reset(seed=0)
+    policy.reset(env)
+    total, truncated = 0.0, False
+    while not truncated:
+        observation, reward, terminated, truncated, info = apply(env, policy.act(observation, env))
+        assert info["configuration"].problems(env.tenant_names) == [] and not terminated
+        total += reward
+    assert math.isfinite(total) and total == pytest.approx(env.objective)
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_docstring_cites_its_paper_and_departures(name):
+    doc = POLICIES[name].__doc__ or ""
+    assert "Depart" in doc or "departs" in doc or "no paper" in doc
+
+
+def test_unknown_policy_is_a_clear_error():
+    with pytest.raises(ConfigError, match="'nope'.*static-equal"):
+        make_policy("nope")
+
+
+def test_static_policies_need_no_repair(env):
+    for name in ("static-equal", "fikit", "igniter"):
+        env.reset(seed=0)
+        policy = make_policy(name)
+        policy.reset(env)
+        _, _, _, _, info = apply(env, policy.act(None, env))
+        assert not info["repaired"], name
+
+
+def test_igniter_gives_a_busier_tenant_at_least_as_much_share():
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    policy = make_policy("igniter")
+    policy.reset(env)
+    resnet = env.scenario.tenant("resnet")
+    _, low = policy.alone(resnet, 50.0)
+    _, high = policy.alone(resnet, 800.0)
+    assert high >= low
+
+
+def _goodputs(scenario: str) -> dict[str, float]:
+    from rlsched.agents.evaluation import evaluate
+
+    result, _ = evaluate(scenario, list(POLICIES), episodes=1, seed=0, progress=False)
+    return {name: m["goodput"] for name, m in result["policies"].items()}
+
+
+def test_oracle_is_at_least_every_policy_on_the_small_scenario():
+    goodput = _goodputs(TINY)
+    assert all(goodput["oracle"] >= g - 1e-6 for g in goodput.values()), goodput
+    assert goodput["static-best"] >= max(goodput[n] for n in ("static-equal", "fikit", "igniter", "paris-elsa")) - 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", sorted(p.stem for p in scenarios_dir().glob("*.yaml")))
+def test_oracle_is_at_least_every_policy_on_every_shipped_scenario(scenario):
+    goodput = _goodputs(scenario)
+    assert all(goodput["oracle"] >= g - 1e-6 for g in goodput.values()), goodput

@@ -1,0 +1,51 @@
+"""rlsched eval: the table, the JSON metrics and the plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlsched.agents.baselines import POLICIES
+from rlsched.agents.evaluation import METRICS
+from rlsched.cli.main import main
+
+TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
+
+
+def test_eval_writes_json_with_every_metric_and_a_plot(tmp_path, capsys):
+    out, png = tmp_path / "eval.json", tmp_path / "eval.png"
+    code = main(["eval", "--scenario", TINY, "--policies", "all", "--episodes", "2", "--seed", "3",
+                 "--json", str(out), "--plot", str(png), "--no-progress"])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result["scenario"] == "env-tiny" and list(result["policies"]) == list(POLICIES)
+    for metrics in result["policies"].values():
+        assert set(metrics) == set(METRICS)
+        assert 0.0 <= metrics["slo_attainment"] <= 1.0 and metrics["decision_ms_p99"] >= metrics["decision_ms_p50"] >= 0.0
+    assert png.stat().st_size > 10_000
+    table = capsys.readouterr().out
+    assert all(f"| {name} |" in table for name in POLICIES)
+
+
+def test_eval_same_seed_same_goodput(tmp_path):
+    results = []
+    for k in range(2):
+        out = tmp_path / f"{k}.json"
+        assert main(["eval", "--scenario", TINY, "--policies", "static-equal", "--seed", "5", "--json", str(out), "--no-progress"]) == 0
+        results.append(json.loads(out.read_text())["policies"]["static-equal"]["goodput"])
+    assert results[0] == results[1]
+
+
+def test_eval_unknown_policy_exits_2(capsys):
+    assert main(["eval", "--scenario", TINY, "--policies", "static-equal,nope", "--no-progress"]) == 2
+    assert "'nope'" in capsys.readouterr().err
+
+
+def test_eval_trace_override_changes_the_load(tmp_path):
+    trace = Path(__file__).resolve().parents[1] / "configs" / "traces" / "azure_llm_conv_timestamps.csv"
+    goodput = []
+    for extra in ([], ["--trace", f"resnet={trace}:2"]):
+        out = tmp_path / "eval.json"
+        assert main(["eval", "--scenario", TINY, *extra, "--policies", "static-equal", "--json", str(out), "--no-progress"]) == 0
+        goodput.append(json.loads(out.read_text())["policies"]["static-equal"]["goodput"])
+    assert goodput[0] != goodput[1]
