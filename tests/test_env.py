@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from pathlib import Path
 
@@ -99,15 +98,9 @@ def _random_actions_are_applied(env: GpuShareEnv, count: int, seed: int) -> None
             env.reset()
 
 
-def test_random_actions_all_give_feasible_applied_configurations(env):
-    # Each action costs an ILP repair (~14 ms on this 2-tenant scenario today: 10,000 take
-    # ~140 s), so the default run checks 300; `make bench` runs the 10,000 (test below), and
-    # RLSCHED_ENV_ACTIONS=N sets the count here.
-    _random_actions_are_applied(env, int(os.environ.get("RLSCHED_ENV_ACTIONS", "300")), seed=7)
-
-
-@pytest.mark.slow
 def test_ten_thousand_random_actions_all_feasible(env):
+    # Each action is repaired (about 1 ms with the exact layout search): 10,000 take ~11 s.
+    # scripts/bench_env.py runs the 100,000 of the benchmark.
     _random_actions_are_applied(env, 10_000, seed=11)
 
 
