@@ -186,6 +186,21 @@ def test_family_rejects_held_out_traces_and_other_action_spaces():
         ScenarioFamily("default", RandomizationConfig(gpus=("a30-24gb",)))
 
 
+def test_perturbed_demonstrations_keep_the_teachers_labels():
+    from rlsched.agents.ppo.family import ScenarioFamily
+    from rlsched.agents.ppo.pretrain import collect
+    from rlsched.simulator.run import load_performance_model
+
+    family = ScenarioFamily(TINY, RandomizationConfig())
+    toy = load_performance_model("toy")
+    calm = collect(family, "static-equal", 1, 6, 0, toy)
+    noisy = collect(family, "static-equal", 1, 6, 0, toy, perturbation=1.0)
+    # static-equal decides one configuration; every label asks for it, executed or not.
+    assert len(np.unique(calm.actions, axis=0)) == 1 and np.array_equal(np.unique(noisy.actions, axis=0), np.unique(calm.actions, axis=0))
+    assert len(noisy.observations) == 6 and noisy.masks.shape == (6, int(np.sum(calm.masks[0].size)))
+    assert not np.array_equal(noisy.observations[1:], calm.observations[1:])  # random actions went elsewhere
+
+
 # ---------------------------------------------------------------- registry
 def test_unknown_ppo_path_is_a_clear_error():
     from rlsched.agents.evaluation import policy_names

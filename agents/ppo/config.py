@@ -81,6 +81,9 @@ class PretrainConfig:
     """baseline to imitate before PPO (a name of ``rlsched eval``'s baselines; empty: none)"""
     episodes: int = 8
     """teacher episodes on draws of the training family"""
+    perturbation: float = 0.0
+    """probability that a teacher step executes a random action instead (labels stay the
+    teacher's): shows the student the way back from states off the teacher's path"""
     epochs: int = 30
     """passes over the demonstrations"""
     learning_rate: float = 1e-3
@@ -154,7 +157,7 @@ POSITIVE = {"total_timesteps", "n_envs", "max_episode_steps", "eval_freq", "eval
             "ppo.learning_rate", "ppo.n_steps", "ppo.batch_size", "ppo.n_epochs", "ppo.clip_range", "ppo.max_grad_norm",
             "pretrain.episodes", "pretrain.epochs", "pretrain.learning_rate", "pretrain.batch_size"}
 #: Fields that are fractions in [0, 1].
-FRACTIONS = {"ppo.gamma", "ppo.gae_lambda", "randomization.priority_shuffle_probability", "randomization.trace_train_fraction"}
+FRACTIONS = {"pretrain.perturbation", "ppo.gamma", "ppo.gae_lambda", "randomization.priority_shuffle_probability", "randomization.trace_train_fraction"}
 
 
 def _convert(source: str, name: str, hint: Any, value: Any) -> Any:

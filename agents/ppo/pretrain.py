@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rlsched.agents.baselines import apply, make_policy
+from rlsched.agents.baselines import Decision, apply, make_policy
 from rlsched.agents.ppo.family import ScenarioFamily
+from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.simulator.perf import PerformanceModelLike
 
@@ -39,28 +40,55 @@ class Demonstrations:
     episode_rewards: list[np.ndarray]
 
 
-def collect(family: ScenarioFamily, teacher: str, episodes: int, max_steps: int, seed: int, perf_model: PerformanceModelLike) -> Demonstrations:
-    """Run the teacher baseline for ``episodes`` episodes of random draws of ``family``."""
+def _label(env: GpuShareEnv, decision: Decision, applied: Configuration) -> np.ndarray | None:
+    """The action that asks for what the teacher decided (None when only its applied
+    configuration could tell, and it did not apply it)."""
+    if isinstance(decision, Configuration):
+        return env.codec.encode(decision)
+    if isinstance(decision, np.ndarray):
+        return decision.astype(np.int64)
+    return env.codec.encode(applied) if applied is not None else None
+
+
+def collect(family: ScenarioFamily, teacher: str, episodes: int, max_steps: int, seed: int, perf_model: PerformanceModelLike,
+            perturbation: float = 0.0) -> Demonstrations:
+    """Run the teacher baseline for ``episodes`` episodes of random draws of ``family``.
+
+    :param perturbation: probability that a step executes a random action instead of the
+        teacher's (its label stays the teacher's decision): the student then also sees
+        states off the teacher's path and learns the way back (DART-style noise injection;
+        without it, a cloned policy that drifts once keeps drifting)
+    """
     rng = np.random.default_rng(seed)
     observations, actions, masks, rewards = [], [], [], []
     for episode in range(episodes):
         env = GpuShareEnv(family.sample(rng), perf_model=perf_model)
+        env.action_space.seed(seed + episode)
         observation, _ = env.reset(seed=seed + episode)
         policy = make_policy(teacher)
         policy.reset(env)
         episode_rewards = []
         for _ in range(max_steps):
             mask = env.action_masks()
-            next_observation, reward, _, truncated, info = apply(env, policy.act(observation, env))
-            observations.append(observation)
-            actions.append(env.codec.encode(info["configuration"]))
-            masks.append(mask)
+            decision = policy.act(observation, env)
+            perturbed = rng.random() < perturbation
+            next_observation, reward, _, truncated, info = apply(env, env.action_space.sample(mask=_component_masks(env, mask)) if perturbed else decision)
+            label = _label(env, decision, None if perturbed else info["configuration"])
+            if label is not None:
+                observations.append(observation)
+                actions.append(label)
+                masks.append(mask)
             episode_rewards.append(reward)
             observation = next_observation
             if truncated:
                 break
         rewards.append(np.asarray(episode_rewards, dtype=np.float64))
     return Demonstrations(np.asarray(observations, dtype=np.float32), np.asarray(actions, dtype=np.int64), np.asarray(masks, dtype=bool), rewards)
+
+
+def _component_masks(env: GpuShareEnv, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The flat mask split per MultiDiscrete component (what ``space.sample(mask=...)`` takes)."""
+    return tuple(np.split(mask.astype(np.int8), np.cumsum(env.action_space.nvec)[:-1]))
 
 
 def warm_start(model: object, venv: object, demos: Demonstrations, epochs: int, learning_rate: float, batch_size: int, gamma: float) -> dict[str, float]:
