@@ -36,5 +36,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export-policy", help="export a training run's policy (with its normalization) to ONNX")
     p.add_argument("--run", required=True, help="the run folder")
     p.add_argument("--out", default=None, help="the .onnx file (default: RUN/policy.onnx)")
-    p.add_argument("--which", choices=["best", "final"], default="best", help="the best evaluated model or the final one")
+    p.add_argument("--which", default="best", help="best (the best evaluated model), final, or the step count of a checkpoint")
     p.set_defaults(func=cmd_export)

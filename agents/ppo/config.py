@@ -78,7 +78,10 @@ class PretrainConfig:
     """Behaviour-cloning warm start from a baseline (:mod:`rlsched.agents.ppo.pretrain`)."""
 
     teacher: str = ""
-    """baseline to imitate before PPO (a name of ``rlsched eval``'s baselines; empty: none)"""
+    """what to imitate before PPO: a baseline of ``rlsched eval``, or family-static-best (the
+    fixed configuration best on average over draws of the family); empty: no warm start"""
+    family_draws: int = 8
+    """draws of the family that family-static-best chooses its configuration on"""
     episodes: int = 8
     """teacher episodes on draws of the training family"""
     perturbation: float = 0.0
@@ -155,7 +158,7 @@ CHOICES: dict[str, tuple[str, ...]] = {"vec_env": ("subproc", "dummy"), "ppo.act
 #: Fields that must be > 0 (others numeric must be >= 0).
 POSITIVE = {"total_timesteps", "n_envs", "max_episode_steps", "eval_freq", "eval_episodes", "checkpoint_freq", "clip_obs",
             "ppo.learning_rate", "ppo.n_steps", "ppo.batch_size", "ppo.n_epochs", "ppo.clip_range", "ppo.max_grad_norm",
-            "pretrain.episodes", "pretrain.epochs", "pretrain.learning_rate", "pretrain.batch_size"}
+            "pretrain.episodes", "pretrain.family_draws", "pretrain.epochs", "pretrain.learning_rate", "pretrain.batch_size"}
 #: Fields that are fractions in [0, 1].
 FRACTIONS = {"pretrain.perturbation", "ppo.gamma", "ppo.gae_lambda", "randomization.priority_shuffle_probability", "randomization.trace_train_fraction"}
 
@@ -233,8 +236,9 @@ def config_from_dict(raw: Any, source: str = "<memory>") -> TrainConfig:
     config = _section(source, "", TrainConfig, raw or {})
     from rlsched.agents.baselines import POLICIES
 
-    if config.pretrain.teacher and config.pretrain.teacher not in POLICIES:
-        raise ConfigError(source, "pretrain.teacher", config.pretrain.teacher, f"allowed: {', '.join(POLICIES)} (or empty: no warm start)")
+    teachers = [*POLICIES, "family-static-best"]
+    if config.pretrain.teacher and config.pretrain.teacher not in teachers:
+        raise ConfigError(source, "pretrain.teacher", config.pretrain.teacher, f"allowed: {', '.join(teachers)} (or empty: no warm start)")
     if config.ppo.batch_size > config.ppo.n_steps * config.n_envs:
         raise ConfigError(source, "ppo.batch_size", config.ppo.batch_size, f"must be <= n_steps x n_envs = {config.ppo.n_steps * config.n_envs}")
     return config

@@ -119,35 +119,38 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
 
     :param run_dir: a run folder of :func:`rlsched.agents.ppo.train.train`
     :param out: the .onnx file (default: ``<run_dir>/policy.onnx``)
-    :param which: ``best`` (the best evaluation; falls back to the final model if none) or ``final``
+    :param which: ``best`` (the best evaluation; the final model if none), ``final``, or a
+        step count naming one of the run's checkpoints
     """
+    import pickle
+
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.vec_env import VecNormalize
 
     from rlsched.agents.ppo.config import load_config
-    from rlsched.agents.ppo.train import BEST_DIR, CONFIG_FILE, MODEL_FILE, VECNORMALIZE_FILE
+    from rlsched.agents.ppo.train import BEST_DIR, CHECKPOINT_DIR, CHECKPOINT_PREFIX, CONFIG_FILE, MODEL_FILE, VECNORMALIZE_FILE
 
     run_dir = Path(run_dir)
-    if which not in ("best", "final"):
-        raise ConfigError("--which", "--which", which, "allowed: best, final")
     config = load_config(run_dir / CONFIG_FILE)
     best = run_dir / BEST_DIR / "best_model.zip"
-    if which == "best" and best.exists() and (run_dir / BEST_DIR / VECNORMALIZE_FILE).exists():
+    if which.isdigit():
+        model_path = run_dir / CHECKPOINT_DIR / f"{CHECKPOINT_PREFIX}_{which}_steps.zip"
+        stats_path = run_dir / CHECKPOINT_DIR / f"{CHECKPOINT_PREFIX}_vecnormalize_{which}_steps.pkl"
+    elif which == "best" and best.exists() and (run_dir / BEST_DIR / VECNORMALIZE_FILE).exists():
         model_path, stats_path = best, run_dir / BEST_DIR / VECNORMALIZE_FILE
-    else:
+    elif which in ("best", "final"):
         model_path, stats_path = run_dir / MODEL_FILE, run_dir / VECNORMALIZE_FILE
+    else:
+        raise ConfigError("--which", "--which", which, "allowed: best, final, or the step count of a checkpoint")
     if not model_path.exists():
-        raise ConfigError(run_dir, MODEL_FILE, str(model_path), "the run folder holds no model (train it first)")
+        raise ConfigError(run_dir, "model", str(model_path), "no such model in the run folder (train it first, or pick an existing checkpoint)")
     model = MaskablePPO.load(model_path, device="cpu")
     mean = var = None
     clip = config.clip_obs
     if config.normalize_obs:
         if not stats_path.exists():
             raise ConfigError(run_dir, VECNORMALIZE_FILE, str(stats_path), "missing: the run normalized observations")
-        import pickle
-
         with open(stats_path, "rb") as handle:
-            stats: VecNormalize = pickle.load(handle)
+            stats = pickle.load(handle)
         mean, var, clip = stats.obs_rms.mean, stats.obs_rms.var, float(stats.clip_obs)
     onnx_model = build_onnx(model, mean, var, clip, {"scenario": config.scenario, "source": str(model_path.relative_to(run_dir)),
                                                        "num_timesteps": str(model.num_timesteps), "config": config.to_yaml()})

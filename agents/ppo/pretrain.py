@@ -50,22 +50,57 @@ def _label(env: GpuShareEnv, decision: Decision, applied: Configuration) -> np.n
     return env.codec.encode(applied) if applied is not None else None
 
 
+#: Teacher name of :func:`family_static_best` (next to the baselines' names).
+FAMILY_STATIC_BEST = "family-static-best"
+
+
+def family_static_best(family: ScenarioFamily, draws: int, seed: int, perf_model: PerformanceModelLike) -> Configuration:
+    """The fixed configuration with the highest mean episode Goodput over ``draws`` draws of
+    the family, among the static-best winners of those draws.
+
+    Static-best's winner depends on each episode's future (hindsight), so cloning it per
+    episode gives labels the observation cannot explain, and the per-component argmax of
+    the clone mixes parts of different configurations. One configuration for the whole
+    family is a consistent label that uses training draws only.
+    """
+    from rlsched.agents.baselines.hindsight import FixedConfiguration, StaticBest, rollout
+
+    rng = np.random.default_rng(seed)
+    envs, winners = [], []
+    for k in range(draws):
+        env = GpuShareEnv(family.sample(rng), perf_model=perf_model)
+        env.reset(seed=seed + k)
+        teacher = StaticBest()
+        teacher.reset(env)
+        envs.append(env)
+        if teacher.configuration not in winners:
+            winners.append(teacher.configuration)
+    scores = [np.mean([rollout(env, env.backend_seed, FixedConfiguration(c))[0] for env in envs]) for c in winners]
+    return winners[int(np.argmax(scores))]
+
+
 def collect(family: ScenarioFamily, teacher: str, episodes: int, max_steps: int, seed: int, perf_model: PerformanceModelLike,
-            perturbation: float = 0.0) -> Demonstrations:
-    """Run the teacher baseline for ``episodes`` episodes of random draws of ``family``.
+            perturbation: float = 0.0, family_draws: int = 8) -> Demonstrations:
+    """Run the teacher for ``episodes`` episodes of random draws of ``family``.
+
+    :param teacher: a baseline name, or :data:`FAMILY_STATIC_BEST`
+    :param family_draws: draws :func:`family_static_best` chooses its configuration on
 
     :param perturbation: probability that a step executes a random action instead of the
         teacher's (its label stays the teacher's decision): the student then also sees
         states off the teacher's path and learns the way back (DART-style noise injection;
         without it, a cloned policy that drifts once keeps drifting)
     """
+    from rlsched.agents.baselines.hindsight import FixedConfiguration
+
+    fixed = family_static_best(family, family_draws, seed + 1_000, perf_model) if teacher == FAMILY_STATIC_BEST else None
     rng = np.random.default_rng(seed)
     observations, actions, masks, rewards = [], [], [], []
     for episode in range(episodes):
         env = GpuShareEnv(family.sample(rng), perf_model=perf_model)
         env.action_space.seed(seed + episode)
         observation, _ = env.reset(seed=seed + episode)
-        policy = make_policy(teacher)
+        policy = FixedConfiguration(fixed) if fixed is not None else make_policy(teacher)
         policy.reset(env)
         episode_rewards = []
         for _ in range(max_steps):

@@ -120,7 +120,7 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
 
     family = ScenarioFamily(config.scenario, config.randomization)
     demos = collect(family, config.pretrain.teacher, config.pretrain.episodes, config.max_episode_steps, config.seed + 20_000, load_performance_model(perf_model),
-                    config.pretrain.perturbation)
+                    config.pretrain.perturbation, config.pretrain.family_draws)
     p = config.pretrain
     return warm_start(model, venv, demos, p.epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
 
