@@ -201,9 +201,24 @@ def test_perturbed_demonstrations_keep_the_teachers_labels():
     assert not np.array_equal(noisy.observations[1:], calm.observations[1:])  # random actions went elsewhere
 
 
-# ---------------------------------------------------------------- registry
-def test_unknown_ppo_path_is_a_clear_error():
+# ---------------------------------------------------------------- registry and shipped policy
+def test_policy_names_accept_ppo_next_to_all():
+    from rlsched.agents.baselines import POLICIES
     from rlsched.agents.evaluation import policy_names
 
+    assert policy_names("ppo,all") == ["ppo", *POLICIES]
     with pytest.raises(ConfigError, match="no such"):
         policy_names("ppo:/no/such/file.onnx")
+
+
+def test_shipped_policy_fits_the_default_scenario():
+    from rlsched.agents.onnx_policy import SHIPPED_POLICY, PpoPolicy
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    assert SHIPPED_POLICY.stat().st_size < 5_000_000
+    env = GpuShareEnv("default", perf_model="toy")
+    obs, _ = env.reset(seed=0)
+    policy = PpoPolicy("ppo")
+    policy.reset(env)
+    action = policy.act(obs, env)
+    assert env.action_space.contains(action)
