@@ -27,6 +27,12 @@ name                             meaning (over the steps aggregated)
 
 API: :func:`step_metrics` for one step; :class:`MetricAggregator` (``add`` each step's
 ``info``, ``summary()``, ``reset()``) for a span of steps.
+
+The ``info`` keys read (as :meth:`GpuShareEnv.step` writes them; a daemon builds the same
+dict): the ``goodput/*`` terms (request-equivalents), ``slo_counts`` (priority class ->
+``{"on_time": int, "decided": int}``), ``reconfigured`` (bool), ``restarted_tenants``
+(list), ``repaired`` and ``repair_fallback`` (bool), ``repair_distance`` (float) and
+``repair_ms`` (ms). Missing keys count as zero / False.
 """
 
 from __future__ import annotations
