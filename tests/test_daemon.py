@@ -293,13 +293,13 @@ def test_gym_make_nvml_backend_applies_layouts_waits_and_reads_prometheus(triton
     env.reset(seed=0)
     _, reward, _, _, info = inner.step_configuration(scenario.reference)
     assert fake.layout(0).spec() == "4g.20gb@0,3g.20gb@4" and info["layout"] == ("4g.20gb@0,3g.20gb@4",)
+    assert reward > 0 and inner.last_step.tenants["resnet"].on_time == 2000
     # At least the interval passed (virtual clock); here the GI changes alone took longer.
     assert fake.clock() >= 10.0
     assert inner.backend.observe()["resnet"]["arrival_rate_rps"] > 150  # exact rates: test_prometheus_source_...
     busy = fake.clock()
     inner.step_configuration(scenario.reference)
     assert fake.clock() == pytest.approx(busy + 10.0)  # nothing to change: exactly one interval
-    assert reward > 0 and inner.last_step.tenants["resnet"].on_time == 2000
     calls = len(fake.calls)
     inner.step_configuration(scenario.reference)  # already right: NVML only read
     assert inner.backend.last_gi_operations == 0
