@@ -351,3 +351,43 @@ def test_faults_during_serve_apply_leave_old_or_new_layout_and_the_daemon_retrie
     fallbacks = [r.fields for r in caplog.records if r.getMessage() == "fallback"]
     assert fallbacks[0]["reason"] == "apply-failed" and "rolled-back" in fallbacks[0]["detail"] and fallbacks[0]["cycle"] == 0
     assert json.loads(state.read_text())["layouts"] == [new]
+
+
+# ---------------------------------------------------------------------- soak
+
+BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench_daemon.py"
+
+
+def _bench(*args: str) -> str:
+    run = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+def test_short_soak_keeps_memory_bounded():
+    out = _bench("--cycles", "1500", "--warmup", "300", "--scenario", TINY, "--policy", "migrator-ilp")
+    ratio = float(out.split("ratio: ")[1].split()[0])
+    assert ratio < 1.10 and "cycles/s" in out
+
+
+@pytest.mark.slow
+def test_soak_10000_cycles_keeps_memory_bounded():
+    out = _bench("--cycles", "10000", "--warmup", "500")
+    assert float(out.split("ratio: ")[1].split()[0]) < 1.10
+
+
+def test_deployment_files_are_valid_and_keep_their_promises():
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "deploy"
+    docs = list(yaml.safe_load_all((root / "kubernetes" / "daemonset.yaml").read_text()))
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert any(v.get("hostPath", {}).get("path") == "/var/lib/rlsched" for v in pod["volumes"])
+    container = pod["containers"][0]
+    assert container["ports"][0]["containerPort"] == 9400 and "0.0.0.0" not in " ".join(container["args"])
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["node.yaml"])
+    assert config["state"] == "/var/lib/rlsched/state.json" and config["backend"] == "nvml"
+    unit = (root / "rlsched.service").read_text()
+    assert "ExecStart=" in unit and "rlsched serve" in unit and "--state" in unit
