@@ -2,14 +2,16 @@
 
 The environment talks to a :class:`Backend` only (reset, step, observe, memory needs), so
 the same environment and policies run on the simulator (``"sim"``, :class:`SimBackend`)
-and, later, on real GPUs through NVML (``"nvml"``, added by the daemon).
+and on real GPUs through NVML (``"nvml"``: :class:`rlsched.daemon.node.NvmlNodeBackend`,
+configured with ``backend_options``).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from rlsched.decision import Configuration
 from rlsched.errors import ConfigError
@@ -20,7 +22,7 @@ from rlsched.simulator.run import PERF_MODELS, load_performance_model
 from rlsched.workloads.scenario import Scenario, load_scenario
 
 #: Backends :func:`make_backend` knows by name.
-BACKENDS = ("sim",)
+BACKENDS = ("sim", "nvml")
 
 
 class Backend(Protocol):
@@ -114,10 +116,20 @@ class SimBackend:
         return self.simulator.summary()
 
 
-def make_backend(backend: str | Backend, scenario: Scenario, perf_model: str | PerformanceModelLike) -> Backend:
-    """A backend by name (``"sim"``) or an object that already is one."""
+def make_backend(backend: str | Backend, scenario: Scenario, perf_model: str | PerformanceModelLike, options: Mapping[str, Any] | None = None) -> Backend:
+    """A backend by name (``"sim"``, ``"nvml"``) or an object that already is one.
+
+    :param options: keyword options of the named backend (``"nvml"``: those of
+        :class:`rlsched.daemon.node.NvmlNodeBackend`, e.g. ``nvml``, ``apply``, ``source``)
+    """
     if not isinstance(backend, str):
         return backend
     if backend == "sim":
+        if options:
+            raise ConfigError("environment", "backend_options", dict(options), "the sim backend takes no options")
         return SimBackend(scenario, performance_model(perf_model))
-    raise ConfigError("environment", "backend", backend, f"allowed: {', '.join(BACKENDS)} (nvml: not yet, the daemon adds it)")
+    if backend == "nvml":
+        from rlsched.daemon.node import make_node_backend  # the daemon imports the env: import late
+
+        return make_node_backend(scenario, performance_model(perf_model), options or {})
+    raise ConfigError("environment", "backend", backend, f"allowed: {', '.join(BACKENDS)}, or a Backend object")

@@ -60,7 +60,17 @@ class ObservationEncoder:
         return out + ["time"]
 
     def encode(self, measured: dict[str, dict[str, float]], config: Configuration | None, gpu_reconfiguration_s: tuple[float, ...], elapsed_fraction: float) -> np.ndarray:
-        """The observation.
+        """The observation (:meth:`raw`, clipped into the Box)."""
+        return self.clip(self.raw(measured, config, gpu_reconfiguration_s, elapsed_fraction))
+
+    @staticmethod
+    def clip(raw: np.ndarray) -> np.ndarray:
+        """A raw vector in the Box: NaN reads 0, everything clipped into [0, 1], float32."""
+        return np.clip(np.where(np.isfinite(raw), raw, 0.0), 0.0, 1.0).astype(np.float32)
+
+    def raw(self, measured: dict[str, dict[str, float]], config: Configuration | None, gpu_reconfiguration_s: tuple[float, ...], elapsed_fraction: float) -> np.ndarray:
+        """The normalized features before clipping (a value outside [0, 1] is outside what
+        training saw: the daemon falls back to the planner then).
 
         :param measured: the backend's per-tenant measurements of the last interval
         :param config: the running configuration (None: nothing deployed)
@@ -112,9 +122,7 @@ class ObservationEncoder:
                 row[4] = gpu_reconfiguration_s[g] / interval
             rows.append(row)
         rows.append(np.array([elapsed_fraction]))
-        vector = np.concatenate(rows)
-        vector = np.where(np.isfinite(vector), vector, 0.0)
-        return np.clip(vector, 0.0, 1.0).astype(np.float32)
+        return np.concatenate(rows)
 
     def _instance_slices(self, config: Configuration, g: int, i: int) -> float:
         layout = config.layouts[g]
