@@ -39,6 +39,10 @@ the one hardware model; plus the running layout), per tenant one option (GPU, GI
 share, batch). Constraints: each GI's shares sum to at most 100% and its tenants' memory
 fits it, and a GI can hold tenants only if the GPU's chosen layout contains it.
 
+On a multi-GPU node the tenants stay on the GPU they run on and each GPU is one MILP (the
+joint MILP over symmetric GPUs takes seconds); the joint MILP is used only when nothing
+runs yet.
+
 Departs from MIGRator: one configuration is held over the lookahead windows (a receding
 horizon re-planned every interval) rather than a per-window sequence; every GI runs in MPS
 mode (priority fill and time slicing are not chosen); co-location interference is priced
@@ -58,7 +62,7 @@ import numpy as np
 from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, load_gpu
 from rlsched.perfmodel import CoRunner
-from rlsched.solver.milp import Milp
+from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
 
@@ -341,7 +345,8 @@ class Planner:
             layouts.append(current.layouts[g])
         return layouts
 
-    def options(self, rates: Sequence[Rates], current: Configuration | None, accuracy: Mapping[str, float]) -> list[PlanOption]:
+    def options(self, rates: Sequence[Rates], current: Configuration | None, accuracy: Mapping[str, float],
+                gpus_of: Mapping[str, Sequence[int]] | None = None) -> list[PlanOption]:
         """Every column of the MILP: per tenant, GPU and GI placement, the share levels that
         add value over the smaller ones (plus 100% and the running share), each at its best batch."""
         placements = sorted({gi for layout in self.layouts for gi in layout.instances}) if self.gpu.mig_supported else [None]
@@ -349,6 +354,9 @@ class Planner:
             placements = sorted(set(placements) | {gi for layout in current.layouts for gi in layout.instances})
         options: list[PlanOption] = []
         for t in self.scenario.tenants:
+            if gpus_of is not None and t.name not in gpus_of:
+                continue
+            allowed = range(self.scenario.gpu_count) if gpus_of is None else gpus_of[t.name]
             running = self._running(current, t.name)
             for profile in sorted({gi.profile if gi else None for gi in placements}, key=lambda p: (p is None, p or "")):
                 table = []
@@ -362,7 +370,7 @@ class Planner:
                     useful = value > best + 2 * SHARE_TIE_BREAK * 100.0 or share == 100.0 or share == self.share_levels[0]
                     best = max(best, value)
                     table.append((share, value, batch, memory, useful))
-                for g in range(self.scenario.gpu_count):
+                for g in allowed:
                     for gi in placements:
                         if (gi.profile if gi else None) != profile:
                             continue
@@ -400,15 +408,48 @@ class Planner:
         started = time.perf_counter()
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
-        options = self.options(windows, current, accuracy)
+        G = self.scenario.gpu_count
+        if G == 1 or current is None:
+            groups = [({t.name: tuple(range(G)) for t in self.scenario.tenants}, tuple(range(G)))]
+        else:
+            # Tenants stay on their running GPU: the node decomposes into one small MILP per
+            # GPU (the joint MILP over 8 symmetric GPUs does not solve within seconds).
+            groups = [({n: (g,) for n, p in current.placements.items() if p.gpu_index == g}, (g,)) for g in range(G)]
+            unplaced = [t.name for t in self.scenario.tenants if t.name not in current.placements]
+            for k, name in enumerate(unplaced):
+                groups[k % G][0][name] = (k % G,)
+        layouts: list[Layout | None] = [None] * G
+        placements: dict[str, TenantPlacement] = {}
+        value = cost = 0.0
+        columns = rows = 0
+        statuses = []
+        for gpus_of, gpus in groups:
+            chosen, placed, v, c, milp, status = self._solve(windows, current, accuracy, gpus_of, gpus)
+            for g, layout in chosen.items():
+                layouts[g] = layout
+            placements.update(placed)
+            value, cost = value + v, cost + c
+            columns, rows = columns + milp.num_columns, rows + milp.num_rows
+            statuses.append(status)
+        chosen_layouts = tuple(layout for layout in layouts if layout is not None)
+        assert len(chosen_layouts) == G
+        modes = tuple((SharingMode.MPS,) * (len(layout) if self.gpu.mig_supported else 1) for layout in chosen_layouts)
+        config = Configuration(chosen_layouts, modes, {t.name: placements[t.name] for t in self.scenario.tenants})
+        status = next((s_ for s_ in statuses if s_ != "kOptimal"), "kOptimal")
+        return Plan(config, value - cost, value, cost, (time.perf_counter() - started) * 1e3, status, columns, rows)
+
+    def _solve(self, windows: list[dict[str, float]], current: Configuration | None, accuracy: Mapping[str, float],
+               gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int]
+               ) -> tuple[dict[int, Layout], dict[str, TenantPlacement], float, float, Milp, str]:
+        """One MILP over ``gpus`` and the tenants of ``gpus_of`` (allowed GPUs per tenant)."""
+        options = self.options(windows, current, accuracy, gpus_of)
         milp = Milp()
         x = [milp.add_binary(-(o.value - o.reconfiguration)) for o in options]
-        G = self.scenario.gpu_count
-        layouts = [self._layouts_for(current, g) for g in range(G)]
-        y = [[milp.add_binary(0.0) for _ in layouts[g]] for g in range(G)]
-        for g in range(G):
+        layouts = {g: self._layouts_for(current, g) for g in gpus}
+        y = {g: [milp.add_binary(0.0) for _ in layouts[g]] for g in gpus}
+        for g in gpus:
             milp.add_row(y[g], [1.0] * len(y[g]), 1.0, 1.0)
-        by_tenant: dict[str, list[int]] = {t.name: [] for t in self.scenario.tenants}
+        by_tenant: dict[str, list[int]] = {name: [] for name in gpus_of}
         by_gi: dict[tuple[int, GpuInstance | None], list[int]] = {}
         for j, o in enumerate(options):
             by_tenant[o.tenant].append(x[j])
@@ -423,21 +464,17 @@ class Planner:
             milp.add_row([x[j] for j in js] + holders, [options[j].memory_gib for j in js] + [-memory] * len(holders), upper=1e-9)
         solution = milp.solve(PLANNER_SOLVER_OPTIONS)
         if not solution.feasible:
-            from rlsched.solver.milp import SolverError
-
             raise SolverError(f"planner MILP infeasible ({solution.status}): the tenants' memory cannot be placed")
-        chosen_layouts = tuple(layouts[g][int(np.argmax([solution.values[c] for c in y[g]]))] for g in range(G))
+        chosen = {g: layouts[g][int(np.argmax([solution.values[c] for c in y[g]]))] for g in gpus}
         placements: dict[str, TenantPlacement] = {}
         value = cost = 0.0
         for j, o in enumerate(options):
             if solution.values[x[j]] > 0.5:
-                index = chosen_layouts[o.gpu].instances.index(o.instance) if o.instance is not None else 0
+                index = chosen[o.gpu].instances.index(o.instance) if o.instance is not None else 0
                 placements[o.tenant] = TenantPlacement(o.gpu, index, o.mps_pct, o.batch)
                 value += o.value
                 cost += o.reconfiguration
-        modes = tuple((SharingMode.MPS,) * (len(layout) if self.gpu.mig_supported else 1) for layout in chosen_layouts)
-        config = Configuration(chosen_layouts, modes, {t.name: placements[t.name] for t in self.scenario.tenants})
-        return Plan(config, value - cost, value, cost, (time.perf_counter() - started) * 1e3, solution.status, milp.num_columns, milp.num_rows)
+        return chosen, placements, value, cost, milp, solution.status
 
     def evaluate(self, configuration: Configuration, rates: Rates | Sequence[Rates], current: Configuration | None = None,
                  accuracy: Mapping[str, float] | None = None) -> tuple[float, float]:
