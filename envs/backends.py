@@ -79,6 +79,26 @@ def resolve_scenario(scenario: str | Path | Scenario) -> Scenario:
     return load_scenario(scenario)
 
 
+class TenantMemory:
+    """Each tenant's device memory at a batch size, from the performance model, cached.
+
+    Every backend answers ``memory_gib`` the same way: the repair needs it at every step,
+    so each (tenant, batch) is asked of the performance model once.
+    """
+
+    def __init__(self, scenario: Scenario, perf_model: PerformanceModelLike) -> None:
+        self._gpu = scenario.gpu
+        self._perf_model = perf_model
+        self._models = {t.name: t.model for t in scenario.tenants}
+        self._cache: dict[tuple[str, int], float] = {}
+
+    def __call__(self, tenant: str, batch: int) -> float:
+        key = (tenant, batch)
+        if key not in self._cache:
+            self._cache[key] = float(self._perf_model.memory_gib(self._gpu, self._models[tenant], batch))
+        return self._cache[key]
+
+
 class SimBackend:
     """The request-level :class:`~rlsched.simulator.node.NodeSimulator`.
 
@@ -90,8 +110,7 @@ class SimBackend:
         self.scenario = scenario
         self.perf_model = perf_model
         self.simulator = NodeSimulator(scenario, perf_model, seed=0)
-        self._models = {t.name: t.model for t in scenario.tenants}
-        self._memory_cache: dict[tuple[str, int], float] = {}
+        self.memory_gib = TenantMemory(scenario, perf_model)
 
     def reset(self, seed: int | None, configuration: Configuration | None) -> None:
         self.simulator.reset(seed, configuration)
@@ -101,12 +120,6 @@ class SimBackend:
 
     def observe(self) -> dict[str, dict[str, float]]:
         return self.simulator.observation()
-
-    def memory_gib(self, tenant: str, batch: int) -> float:
-        key = (tenant, batch)
-        if key not in self._memory_cache:
-            self._memory_cache[key] = float(self.perf_model.memory_gib(self.scenario.gpu, self._models[tenant], batch))
-        return self._memory_cache[key]
 
     @property
     def totals(self) -> GoodputTerms:

@@ -25,7 +25,7 @@ from rlsched.daemon.mps import MpsManager, TenantClient, client_targets
 from rlsched.daemon.nvml_backend import NvmlMigBackend, RetryPolicy
 from rlsched.daemon.sources import InstanceTelemetry, NvmlTelemetry, PrometheusSource, SourceError
 from rlsched.decision import Configuration
-from rlsched.envs.backends import SimBackend
+from rlsched.envs.backends import SimBackend, TenantMemory
 from rlsched.errors import RlschedError
 from rlsched.goodput import GoodputTerms, goodput_terms
 from rlsched.hardware import change_plan
@@ -134,8 +134,7 @@ class NvmlNodeBackend:
         self.instances: list[InstanceTelemetry] = []
         self.gi_operations = 0
         self.last_gi_operations = 0
-        self._models = {t.name: t.model for t in scenario.tenants}
-        self._memory_cache: dict[tuple[str, int], float] = {}
+        self.memory_gib = TenantMemory(scenario, perf_model)
         self._measured: dict[str, dict[str, float]] = {}
         self._totals = GoodputTerms()
         self._tenant_totals: dict[str, dict[str, float]] = {}
@@ -182,12 +181,6 @@ class NvmlNodeBackend:
     def observe(self) -> dict[str, dict[str, float]]:
         keys = ("arrival_rate_rps", "arrival_rate_ewma_rps", "queue_length", "p99_over_slo", "slo_attainment", "utilization", "accuracy")
         return {name: {k: v for k, v in m.items() if k in keys} for name, m in self._measured.items()}
-
-    def memory_gib(self, tenant: str, batch: int) -> float:
-        key = (tenant, batch)
-        if key not in self._memory_cache:
-            self._memory_cache[key] = float(self.perf_model.memory_gib(self.scenario.gpu, self._models[tenant], batch))
-        return self._memory_cache[key]
 
     @property
     def totals(self) -> GoodputTerms:
