@@ -57,8 +57,13 @@ class Episode:
 
 
 def policy_names(text: str) -> list[str]:
-    """``NAME,NAME,...`` or ``all`` -> policy names (unknown ones are a clear error)."""
-    names = list(POLICIES) if text.strip() == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    """``NAME,NAME,...`` -> policy names, ``all`` standing for every baseline (unknown ones
+    are a clear error; duplicates are dropped)."""
+    names: list[str] = []
+    for item in (n.strip() for n in text.split(",")):
+        for name in (list(POLICIES) if item == "all" else [item] if item else []):
+            if name not in names:
+                names.append(name)
     if not names:
         raise ConfigError("--policies", "--policies", text, f"give NAME,NAME,... or all (allowed: {', '.join(POLICIES)})")
     for name in names:

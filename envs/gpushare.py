@@ -221,12 +221,25 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
             "repair_fallback": bool(fallback),
             "reconfigured": previous is None or config != previous,
             "restarted_tenants": sorted(name for name, st in step.tenants.items() if st.restarted),
+            "slo_counts": self._slo_counts(step),
             **self._configuration_info(config),
             **{k: float(v) for k, v in step.terms.as_dict().items()},
             **extra,
         }
         elapsed = step.t_end_s / self.scenario.duration_s
         return self._observation(elapsed), float(step.reward), False, bool(step.done), info
+
+    def _slo_counts(self, step: StepResult) -> dict[str, dict[str, int]]:
+        """Per priority class of the inference tenants: requests on time and decided
+        (completed + dropped) this interval, so that attainment can be summed over steps
+        (``rlsched.metrics``)."""
+        counts: dict[str, dict[str, int]] = {}
+        for tenant in self.scenario.inference_tenants():
+            stats = step.tenants[tenant.name]
+            entry = counts.setdefault(tenant.priority.value, {"on_time": 0, "decided": 0})
+            entry["on_time"] += int(stats.on_time)
+            entry["decided"] += int(stats.completed) + int(stats.dropped)
+        return counts
 
     def _observation(self, elapsed_fraction: float) -> np.ndarray:
         # Kept unclipped too: the daemon falls back when a feature leaves the training range.

@@ -1,6 +1,8 @@
 """Baseline policies, each following a published system (see each class's docstring).
 
-``make_policy("igniter")`` builds one by name; :data:`POLICIES` lists them all.
+``make_policy("igniter")`` builds one by name; :data:`POLICIES` lists them all. ``ppo``
+(the shipped trained policy) and ``ppo:PATH`` (an .onnx file or a training run folder) build
+a :class:`~rlsched.agents.onnx_policy.PpoPolicy`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, Stat
 
 
 def make_policy(name: str) -> Policy:
-    """A fresh policy by its name (see :data:`POLICIES`)."""
+    """A fresh policy by its name (see :data:`POLICIES`; ``ppo`` or ``ppo:PATH``)."""
+    if name == "ppo" or name.startswith("ppo:"):
+        from rlsched.agents.onnx_policy import PpoPolicy  # onnxruntime only when asked for
+
+        return PpoPolicy(name)
     if name not in POLICIES:
-        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, or all)")
+        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, or all)")
     return POLICIES[name]()
 
 

@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate policies on a scenario: metrics table, JSON and plot")
     _add_scenario_arguments(p)
-    p.add_argument("--policies", default="all", help="NAME,NAME,... or all (every baseline)")
+    p.add_argument("--policies", default="all", help="NAME,NAME,... (all: every baseline; ppo: the shipped policy; ppo:PATH: an .onnx file or a run folder)")
     p.add_argument("--episodes", type=int, default=1, help="episodes per policy (seeds SEED, SEED+1, ...)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT", help="write the metrics as JSON to OUT")
@@ -232,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Performance model: heavy imports (scipy, torch) happen inside the command functions.
     from rlsched.perfmodel.commands import register as register_perfmodel
     register_perfmodel(sub)
+    from rlsched.agents.ppo.cli import register as register_ppo
+    register_ppo(sub)
     p = sub.add_parser("probe", help="report what NVML sees: GPUs, MIG mode, instances, profiles and placements (read-only)")
     p.add_argument("--json", action="store_true")
     p.add_argument(

@@ -1,0 +1,40 @@
+"""``rlsched train`` and ``rlsched export-policy``: the PPO subcommands (registered by
+:mod:`rlsched.cli.main`; torch and SB3 are imported only when one runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train (or resume) a run, then export its best policy to ``<run>/policy.onnx``."""
+    from rlsched.agents.ppo.export import export_run
+    from rlsched.agents.ppo.train import train
+
+    run_dir = train(args.config, args.out, resume=args.resume, verbose=args.verbose)
+    exported = export_run(run_dir)
+    print(f"run folder: {run_dir}\nexported policy: {exported}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a run folder's policy to ONNX."""
+    from rlsched.agents.ppo.export import export_run
+
+    print(export_run(args.run, args.out, args.which))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the PPO subcommands to the ``rlsched`` parser."""
+    p = sub.add_parser("train", help="train a MaskablePPO policy (run folder: config, model, VecNormalize stats, TensorBoard)")
+    p.add_argument("--config", default=None, help="training config YAML (configs/train/*.yaml); optional with --resume")
+    p.add_argument("--out", required=True, help="the run folder, e.g. runs/NAME")
+    p.add_argument("--resume", action="store_true", help="continue from the run folder's newest checkpoint")
+    p.add_argument("--verbose", type=int, default=0, choices=[0, 1], help="1: print SB3's table every rollout")
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("export-policy", help="export a training run's policy (with its normalization) to ONNX")
+    p.add_argument("--run", required=True, help="the run folder")
+    p.add_argument("--out", default=None, help="the .onnx file (default: RUN/policy.onnx)")
+    p.add_argument("--which", default="best", help="best (the best evaluated model), final, or the step count of a checkpoint")
+    p.set_defaults(func=cmd_export)

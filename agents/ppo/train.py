@@ -1,0 +1,194 @@
+"""PPO training (``rlsched train``): MaskablePPO on a randomized scenario family.
+
+The run folder (RL Zoo habit) holds everything a result can be reproduced from:
+
+=========================== ===============================================================
+``config.yaml``             the exact config of the run (written atomically before training)
+``model.zip``               the final model; ``vecnormalize.pkl`` its normalization stats
+``best/``                   ``best_model.zip`` + ``vecnormalize.pkl``: best evaluation so far
+``checkpoints/``            ``ppo_<steps>_steps.zip`` + ``ppo_vecnormalize_<steps>_steps.pkl``
+``tb/``                     TensorBoard events (SB3 scalars + :mod:`rlsched.metrics` names)
+``timelines/``              the partition timeline PNG of each evaluation
+``evaluations.npz``         the evaluation returns (SB3 format)
+``pretrain.json``           the behaviour-cloning warm start's fit (when a teacher is set)
+``policy.onnx``             the exported policy (:mod:`rlsched.agents.ppo.export`)
+=========================== ===============================================================
+
+``resume=True`` continues from the newest checkpoint of the run folder (model, VecNormalize
+stats and step count) with the config stored there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+from sb3_contrib import MaskablePPO
+from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.utils import set_random_seed
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecNormalize
+
+from rlsched.agents.ppo.callbacks import MetricsEvalCallback, RolloutMetricsCallback
+from rlsched.agents.ppo.config import TrainConfig, load_config
+from rlsched.agents.ppo.family import FamilyEnv, ScenarioFamily
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.errors import ConfigError
+from rlsched.fileio import write_text_atomically
+
+CONFIG_FILE = "config.yaml"
+PRETRAIN_FILE = "pretrain.json"
+MODEL_FILE = "model.zip"
+VECNORMALIZE_FILE = "vecnormalize.pkl"
+BEST_DIR = "best"
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_PREFIX = "ppo"
+ACTIVATIONS: dict[str, type[torch.nn.Module]] = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}
+
+
+def _training_env_factory(config: TrainConfig, rank: int, perf_model: str) -> Callable[[], gym.Env]:
+    def make() -> gym.Env:
+        # One simulator thread per process: the processes already fill the cores.
+        os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+        env = FamilyEnv(ScenarioFamily(config.scenario, config.randomization), perf_model)
+        env = gym.wrappers.TimeLimit(env, config.max_episode_steps)
+        env = Monitor(env)
+        env.reset(seed=config.seed + rank)
+        return env
+
+    return make
+
+
+def _eval_env_factory(config: TrainConfig, perf_model: str) -> Callable[[], gym.Env]:
+    def make() -> gym.Env:
+        return Monitor(gym.wrappers.TimeLimit(GpuShareEnv(config.eval_scenario, perf_model=perf_model), config.max_episode_steps))
+
+    return make
+
+
+def make_vec_env(config: TrainConfig, perf_model: str = "calibrated") -> VecEnv:
+    """The training environments (``config.n_envs`` of them, ``subproc`` or ``dummy``)."""
+    factories = [_training_env_factory(config, rank, perf_model) for rank in range(config.n_envs)]
+    if config.vec_env == "subproc" and config.n_envs > 1:
+        return SubprocVecEnv(factories, start_method="spawn")
+    return DummyVecEnv(factories)
+
+
+def latest_checkpoint(run_dir: Path) -> tuple[Path, Path, int] | None:
+    """(model, VecNormalize stats, steps) of the newest checkpoint in the run folder, or None."""
+    found = []
+    for path in (run_dir / CHECKPOINT_DIR).glob(f"{CHECKPOINT_PREFIX}_*_steps.zip"):
+        match = re.fullmatch(rf"{CHECKPOINT_PREFIX}_(\d+)_steps\.zip", path.name)
+        stats = run_dir / CHECKPOINT_DIR / f"{CHECKPOINT_PREFIX}_vecnormalize_{match.group(1)}_steps.pkl" if match else None
+        if match and stats is not None and stats.exists():
+            found.append((int(match.group(1)), path, stats))
+    if not found:
+        return None
+    steps, model, stats = max(found)
+    return model, stats, steps
+
+
+def _prepare_run(config_path: str | Path | None, run_dir: Path, resume: bool) -> TrainConfig:
+    """The config of the run; writes it to the run folder (fresh run) or checks it (resume)."""
+    stored = run_dir / CONFIG_FILE
+    if resume:
+        if not stored.exists():
+            raise ConfigError(run_dir, CONFIG_FILE, str(stored), "--resume needs a run folder with its config.yaml")
+        config = load_config(stored)
+        if config_path is not None and load_config(config_path) != config:
+            raise ConfigError(config_path, "file", str(config_path), f"differs from the run's {stored}; resume without --config or start a new run")
+        return config
+    if config_path is None:
+        raise ConfigError("--config", "--config", None, "a new run needs a config file (configs/train/*.yaml)")
+    config = load_config(config_path)
+    if (run_dir / MODEL_FILE).exists() or latest_checkpoint(run_dir) is not None:
+        raise ConfigError(run_dir, "--out", str(run_dir), "already holds a run; use --resume or another folder")
+    write_text_atomically(stored, config.to_yaml())
+    return config
+
+
+def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, perf_model: str) -> dict[str, float]:
+    """Behaviour cloning of the configured teacher (see :mod:`rlsched.agents.ppo.pretrain`)."""
+    from rlsched.agents.ppo.pretrain import collect, warm_start
+    from rlsched.simulator.run import load_performance_model
+
+    family = ScenarioFamily(config.scenario, config.randomization)
+    demos = collect(family, config.pretrain.teacher, config.pretrain.episodes, config.max_episode_steps, config.seed + 20_000, load_performance_model(perf_model),
+                    config.pretrain.perturbation, config.pretrain.family_draws)
+    p = config.pretrain
+    return warm_start(model, venv, demos, p.epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
+
+
+def _save_atomically(save: Callable[[Path], object], path: Path) -> None:
+    """Save through a temporary file and a rename: a reader never sees half a model."""
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    save(tmp)
+    os.replace(tmp, path)
+
+
+def train(config_path: str | Path | None, run_dir: str | Path, resume: bool = False, perf_model: str = "calibrated", verbose: int = 0) -> Path:
+    """Train (or resume) a run; returns the run folder.
+
+    :param config_path: the training config (YAML); optional when resuming
+    :param run_dir: the run folder
+    :param resume: continue from the newest checkpoint of ``run_dir``
+    :param perf_model: ``calibrated`` or ``toy`` (tests)
+    :param verbose: SB3 verbosity (0: quiet, 1: per-rollout table)
+    """
+    run_dir = Path(run_dir)
+    config = _prepare_run(config_path, run_dir, resume)
+    set_random_seed(config.seed)
+    torch.set_num_threads(1)
+    venv = make_vec_env(config, perf_model)
+    eval_venv = DummyVecEnv([_eval_env_factory(config, perf_model)])
+    eval_venv.seed(config.seed + 10_000)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    pretrain_metrics: dict[str, float] = {}
+    if checkpoint is not None:
+        model_path, stats_path, _ = checkpoint
+        venv = VecNormalize.load(str(stats_path), venv)
+        model = MaskablePPO.load(model_path, env=venv, device=config.device)
+    else:
+        if resume:
+            raise ConfigError(run_dir, CHECKPOINT_DIR, str(run_dir / CHECKPOINT_DIR), "no checkpoint to resume from")
+        venv = VecNormalize(venv, norm_obs=config.normalize_obs, norm_reward=config.normalize_reward, clip_obs=config.clip_obs, gamma=config.ppo.gamma)
+        p = config.ppo
+        model = MaskablePPO(
+            "MlpPolicy", venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size, n_epochs=p.n_epochs,
+            gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
+            max_grad_norm=p.max_grad_norm, seed=config.seed, device=config.device, verbose=verbose, tensorboard_log=str(run_dir / "tb"),
+            policy_kwargs={"net_arch": {"pi": list(p.net_arch), "vf": list(p.net_arch)}, "activation_fn": ACTIVATIONS[p.activation]},
+        )
+        if config.pretrain.teacher:
+            pretrain_metrics = _warm_start(config, model, venv, perf_model)
+            write_text_atomically(run_dir / PRETRAIN_FILE, json.dumps(pretrain_metrics, indent=2) + "\n")
+    # The eval env normalizes observations like training (stats synced at each evaluation)
+    # and reports raw rewards.
+    eval_venv = VecNormalize(eval_venv, norm_obs=config.normalize_obs, norm_reward=False, clip_obs=config.clip_obs, training=False)
+    eval_scenario = eval_venv.get_attr("unwrapped")[0].scenario
+    per_env = lambda steps: max(1, steps // config.n_envs)  # noqa: E731  callbacks count calls, one per n_envs steps
+    callbacks = CallbackList([
+        RolloutMetricsCallback(pretrain_metrics),
+        CheckpointCallback(per_env(config.checkpoint_freq), str(run_dir / CHECKPOINT_DIR), name_prefix=CHECKPOINT_PREFIX, save_vecnormalize=True),
+        MetricsEvalCallback(
+            eval_venv, n_eval_episodes=config.eval_episodes, eval_freq=per_env(config.eval_freq), log_path=str(run_dir),
+            best_model_save_path=str(run_dir / BEST_DIR), deterministic=True, verbose=verbose,
+            gpu=eval_scenario.gpu, interval_s=eval_scenario.decision_interval_s, timeline_dir=run_dir / "timelines",
+        ),
+    ])
+    remaining = config.total_timesteps - model.num_timesteps
+    try:
+        if remaining > 0:
+            model.learn(remaining, callback=callbacks, progress_bar=config.progress_bar, reset_num_timesteps=checkpoint is None, tb_log_name="ppo")
+        _save_atomically(lambda tmp: model.save(tmp), run_dir / MODEL_FILE)
+        _save_atomically(lambda tmp: venv.save(str(tmp)), run_dir / VECNORMALIZE_FILE)
+    finally:
+        venv.close()
+        eval_venv.close()
+    return run_dir

@@ -1,0 +1,118 @@
+"""The metric names rlsched logs, and how each is computed from an environment step's ``info``.
+
+One module so that training (TensorBoard), evaluation and the daemon log the same names
+for the same quantities (CleanRL-style namespaces):
+
+================================ ==========================================================
+name                             meaning (over the steps aggregated)
+================================ ==========================================================
+``goodput/total``                Goodput objective per decision interval (the reward),
+                                 request-equivalents; likewise ``goodput/goodput``,
+                                 ``goodput/slo_penalty``, ``goodput/best_effort_progress``,
+                                 ``goodput/reconfiguration_cost`` (terms of
+                                 :mod:`rlsched.goodput`)
+``slo/attainment``               on-time requests / decided (completed + dropped) requests,
+                                 all inference tenants (ratio of sums, not mean of ratios)
+``slo/attainment_<class>``       the same for priority class ``high``, ``normal``, ``low``
+                                 (absent when no request of the class was decided)
+``reconfig/rate``                fraction of steps whose configuration changed
+``reconfig/restarts_per_step``   tenants restarted per step
+``repair/rate``                  fraction of steps whose request the repair changed
+``repair/fallback_rate``         fraction of steps that needed the batch-1 fallback
+``repair/distance``              mean weighted repair distance per step
+``repair/ms_mean``, ``ms_max``   decision (decode + repair) wall time per step, ms
+``perf/steps_per_s``             environment steps per wall second (measured by the caller:
+                                 see :meth:`MetricAggregator.summary`)
+================================ ==========================================================
+
+API: :func:`step_metrics` for one step; :class:`MetricAggregator` (``add`` each step's
+``info``, ``summary()``, ``reset()``) for a span of steps.
+
+The ``info`` keys read (as :meth:`GpuShareEnv.step` writes them; a daemon builds the same
+dict): the ``goodput/*`` terms (request-equivalents), ``slo_counts`` (priority class ->
+``{"on_time": int, "decided": int}``), ``reconfigured`` (bool), ``restarted_tenants``
+(list), ``repaired`` and ``repair_fallback`` (bool), ``repair_distance`` (float) and
+``repair_ms`` (ms). Missing keys count as zero / False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: The Goodput terms of ``info`` (keys as :meth:`rlsched.goodput.GoodputTerms.as_dict` writes them).
+GOODPUT_KEYS: tuple[str, ...] = (
+    "goodput/total", "goodput/goodput", "goodput/slo_penalty", "goodput/best_effort_progress", "goodput/reconfiguration_cost",
+)
+#: Priority classes reported under ``slo/attainment_<class>``.
+PRIORITY_CLASSES: tuple[str, ...] = ("high", "normal", "low")
+#: Name of the throughput metric.
+STEPS_PER_S = "perf/steps_per_s"
+
+
+class MetricAggregator:
+    """Sums step ``info`` dicts and reports the metrics of the span (see the module table)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every step added so far."""
+        self.steps = 0
+        self._sums: dict[str, float] = dict.fromkeys(GOODPUT_KEYS, 0.0)
+        self._on_time: dict[str, int] = {}
+        self._decided: dict[str, int] = {}
+        self._reconfigured = self._restarts = self._repaired = self._fallbacks = 0
+        self._distance = self._repair_ms = self._repair_ms_max = 0.0
+
+    def add(self, info: Mapping[str, Any]) -> MetricAggregator:
+        """Add one step's ``info`` (from :meth:`GpuShareEnv.step` or the daemon's equivalent);
+        returns ``self``. Steps without Goodput terms (e.g. a reset's info) are ignored."""
+        if "goodput/total" not in info:
+            return self
+        self.steps += 1
+        for key in GOODPUT_KEYS:
+            self._sums[key] += float(info.get(key, 0.0))
+        for priority, counts in info.get("slo_counts", {}).items():
+            self._on_time[priority] = self._on_time.get(priority, 0) + int(counts["on_time"])
+            self._decided[priority] = self._decided.get(priority, 0) + int(counts["decided"])
+        self._reconfigured += bool(info.get("reconfigured", False))
+        self._restarts += len(info.get("restarted_tenants", ()))
+        self._repaired += bool(info.get("repaired", False))
+        self._fallbacks += bool(info.get("repair_fallback", False))
+        self._distance += float(info.get("repair_distance", 0.0))
+        repair_ms = float(info.get("repair_ms", 0.0))
+        self._repair_ms += repair_ms
+        self._repair_ms_max = max(self._repair_ms_max, repair_ms)
+        return self
+
+    def summary(self, wall_s: float | None = None) -> dict[str, float]:
+        """The metrics of the steps added since the last reset (empty if none).
+
+        :param wall_s: wall time those steps took, seconds; adds ``perf/steps_per_s``
+        """
+        if self.steps == 0:
+            return {}
+        n = float(self.steps)
+        out = {key: value / n for key, value in self._sums.items()}
+        decided = sum(self._decided.values())
+        if decided:
+            out["slo/attainment"] = sum(self._on_time.values()) / decided
+        for priority in PRIORITY_CLASSES:
+            if self._decided.get(priority):
+                out[f"slo/attainment_{priority}"] = self._on_time[priority] / self._decided[priority]
+        out["reconfig/rate"] = self._reconfigured / n
+        out["reconfig/restarts_per_step"] = self._restarts / n
+        out["repair/rate"] = self._repaired / n
+        out["repair/fallback_rate"] = self._fallbacks / n
+        out["repair/distance"] = self._distance / n
+        out["repair/ms_mean"] = self._repair_ms / n
+        out["repair/ms_max"] = self._repair_ms_max
+        if wall_s is not None and wall_s > 0:
+            out[STEPS_PER_S] = n / wall_s
+        return out
+
+
+def step_metrics(info: Mapping[str, Any]) -> dict[str, float]:
+    """The metrics of a single step (what a daemon logs after each decision)."""
+    return MetricAggregator().add(info).summary()

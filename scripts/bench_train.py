@@ -1,0 +1,85 @@
+"""Training benchmark: environment steps per second of PPO training on this machine, and the
+wall time a run took to reach a Goodput level.
+
+Two modes:
+
+    # a short fresh run of a config (warm start off), then its throughput
+    .venv/bin/python scripts/bench_train.py --config configs/train/ppo_default.yaml --steps 8192
+    # an existing run folder: its throughput and when its evaluations reached --level
+    .venv/bin/python scripts/bench_train.py --run runs/NAME [--level GOODPUT_PER_STEP]
+
+Throughput is ``perf/steps_per_s`` (environment steps per wall second, rollouts and updates
+included) from the run's TensorBoard events; ``--level`` is an evaluation Goodput per
+decision step (``eval/goodput/total``; e.g. the best baseline's episode Goodput / 360).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+
+def read_run(run_dir: Path) -> dict[str, list[tuple[float, int, float]]]:
+    """(wall time, step, value) series of the run's TensorBoard scalars we report."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    series: dict[str, list[tuple[float, int, float]]] = {}
+    for events in sorted((run_dir / "tb").glob("ppo_*")):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        for tag in ("perf/steps_per_s", "eval/goodput/total", "eval/slo/attainment_high"):
+            if tag in accumulator.Tags()["scalars"]:
+                series.setdefault(tag, []).extend((e.wall_time, e.step, e.value) for e in accumulator.Scalars(tag))
+    return series
+
+
+def report(run_dir: Path, level: float | None) -> dict[str, object]:
+    """Throughput and, with ``level``, the first evaluation at or above it."""
+    series = read_run(run_dir)
+    speeds = [v for _, _, v in series.get("perf/steps_per_s", [])]
+    evals = sorted(series.get("eval/goodput/total", []))
+    start = min((w for values in series.values() for w, _, _ in values), default=None)
+    out: dict[str, object] = {
+        "run": str(run_dir),
+        "steps_per_s_mean": sum(speeds) / len(speeds) if speeds else None,
+        "evaluations": [{"wall_s": round(w - start, 1), "step": s, "goodput_per_step": round(v, 1)} for w, s, v in evals] if start else [],
+    }
+    if level is not None:
+        reached = next(((w, s) for w, s, v in evals if v >= level), None)
+        out["level"] = level
+        out["reached"] = None if reached is None or start is None else {"wall_s": round(reached[0] - start, 1), "step": reached[1]}
+        out["best_goodput_per_step"] = max((v for _, _, v in evals), default=None)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/train/ppo_default.yaml", help="training config for a fresh benchmark run")
+    parser.add_argument("--steps", type=int, default=8192, help="environment steps of the fresh run")
+    parser.add_argument("--run", default=None, help="report on this existing run folder instead of training")
+    parser.add_argument("--level", type=float, default=None, help="evaluation Goodput per step to report the wall time to")
+    args = parser.parse_args()
+    if args.run:
+        print(json.dumps(report(Path(args.run), args.level), indent=2))
+        return 0
+    import yaml
+
+    from rlsched.agents.ppo.config import load_config
+    from rlsched.agents.ppo.train import train
+
+    config = load_config(args.config).to_dict()
+    config.update(total_timesteps=args.steps, eval_freq=10 * args.steps, checkpoint_freq=10 * args.steps, progress_bar=False)
+    config["pretrain"]["teacher"] = ""  # throughput of PPO itself
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.yaml"
+        path.write_text(yaml.safe_dump(config))
+        run_dir = train(path, Path(tmp) / "run")
+        print(json.dumps(report(run_dir, None), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""PPO training: config checks, the run folder, TensorBoard metrics, resume, ONNX parity,
+domain randomization, the ppo policies of ``rlsched eval``, and the shipped policy."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rlsched.agents.ppo.config import RandomizationConfig, config_from_dict, load_config
+from rlsched.cli.main import main
+from rlsched.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
+#: A few hundred steps of a tiny network on the tiny scenario, with a short warm start.
+SMOKE = {
+    "scenario": TINY, "eval_scenario": TINY, "total_timesteps": 256, "n_envs": 2, "vec_env": "dummy", "max_episode_steps": 6,
+    "eval_freq": 128, "checkpoint_freq": 128, "progress_bar": False,
+    "ppo": {"n_steps": 64, "batch_size": 64, "n_epochs": 2, "net_arch": [8]},
+    "pretrain": {"teacher": "paris-elsa", "episodes": 1, "epochs": 2},
+}
+CUSTOM_SCALARS = {"goodput/total", "goodput/goodput", "goodput/slo_penalty", "slo/attainment", "slo/attainment_high", "slo/attainment_normal",
+                  "reconfig/rate", "repair/rate", "repair/ms_mean", "perf/steps_per_s", "eval/goodput/total", "eval/slo/attainment_high",
+                  "pretrain/accuracy"}
+
+
+def _write(tmp_path: Path, config: dict, name: str = "smoke.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One smoke training run (toy performance model), shared by the tests that read it."""
+    from rlsched.agents.ppo.train import train
+
+    tmp = tmp_path_factory.mktemp("train")
+    return train(_write(tmp, SMOKE), tmp / "run", perf_model="toy")
+
+
+# ---------------------------------------------------------------- config
+def test_shipped_training_configs_load():
+    for path in (ROOT / "configs" / "train").glob("*.yaml"):
+        config = load_config(path)
+        assert config.total_timesteps > 0 and config.pretrain.teacher in ("", "static-best", "family-static-best")
+
+
+@pytest.mark.parametrize(("raw", "field", "reason"), [
+    ({"n_stepz": 3}, "n_stepz", "unknown field"),
+    ({"ppo": {"gamma": 1.5}}, "ppo.gamma", "within [0, 1]"),
+    ({"n_envs": 0}, "n_envs", "> 0"),
+    ({"vec_env": "ray"}, "vec_env", "allowed: subproc, dummy"),
+    ({"ppo": {"net_arch": "64"}}, "ppo.net_arch", "expected a list"),
+    ({"progress_bar": "yes"}, "progress_bar", "true or false"),
+    ({"randomization": {"rate_scale": [2.0, 1.0]}}, "randomization.rate_scale", "low <= high"),
+    ({"pretrain": {"teacher": "nope"}}, "pretrain.teacher", "allowed"),
+    ({"n_envs": 1, "ppo": {"n_steps": 8, "batch_size": 64}}, "ppo.batch_size", "n_steps x n_envs"),
+])
+def test_bad_config_names_file_field_and_value(raw, field, reason):
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(raw, "my.yaml")
+    assert caught.value.source == "my.yaml" and caught.value.field == field and reason in caught.value.reason
+
+
+def test_cli_train_bad_config_exits_2(tmp_path, capsys):
+    assert main(["train", "--config", str(_write(tmp_path, {"ppo": {"lr": 1}})), "--out", str(tmp_path / "r")]) == 2
+    assert "ppo.lr" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- metrics
+def test_aggregated_attainment_is_a_ratio_of_sums():
+    from rlsched.metrics import MetricAggregator, step_metrics
+
+    base = {"goodput/total": 1.0, "repair_ms": 2.0, "repaired": True, "reconfigured": False, "restarted_tenants": []}
+    a = {**base, "slo_counts": {"high": {"on_time": 9, "decided": 10}}}
+    b = {**base, "goodput/total": 3.0, "slo_counts": {"high": {"on_time": 0, "decided": 90}, "low": {"on_time": 5, "decided": 10}}}
+    summary = MetricAggregator().add(a).add(b).add({"layout": ()}).summary(wall_s=0.5)
+    assert summary["slo/attainment_high"] == pytest.approx(9 / 100)  # not the mean of 0.9 and 0.0
+    assert summary["slo/attainment"] == pytest.approx(14 / 110) and "slo/attainment_normal" not in summary
+    assert summary["goodput/total"] == 2.0 and summary["repair/rate"] == 1.0 and summary["perf/steps_per_s"] == 4.0
+    assert step_metrics(a)["slo/attainment_high"] == 0.9 and step_metrics({}) == {}
+
+
+# ---------------------------------------------------------------- training run
+def test_run_folder_holds_config_stats_model_checkpoints_and_timelines(run):
+    assert yaml.safe_load((run / "config.yaml").read_text()) == config_from_dict(SMOKE).to_dict()
+    for name in ("model.zip", "vecnormalize.pkl", "best/best_model.zip", "best/vecnormalize.pkl", "pretrain.json", "evaluations.npz",
+                 "checkpoints/ppo_128_steps.zip", "checkpoints/ppo_vecnormalize_128_steps.pkl", "timelines/step_0.png"):
+        assert (run / name).stat().st_size > 0, name
+
+
+def test_tensorboard_has_the_custom_scalars_and_the_timeline_image(run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = (run / "tb").glob("ppo_*")
+    accumulator = EventAccumulator(str(events), size_guidance={"images": 0})
+    accumulator.Reload()
+    scalars = set(accumulator.Tags()["scalars"])
+    assert CUSTOM_SCALARS <= scalars, CUSTOM_SCALARS - scalars
+    assert {"train/approx_kl", "rollout/ep_rew_mean", "eval/mean_reward"} <= scalars  # SB3's own
+    assert "eval/partition_timeline" in accumulator.Tags()["images"]
+    attainment = [e.value for e in accumulator.Scalars("slo/attainment_high")]
+    assert attainment and all(0.0 <= v <= 1.0 for v in attainment)
+
+
+def test_resume_continues_from_the_newest_checkpoint(run, tmp_path):
+    from rlsched.agents.ppo.train import latest_checkpoint, train
+    from sb3_contrib import MaskablePPO
+
+    crashed = tmp_path / "run"
+    shutil.copytree(run, crashed)
+    # As if the run had died after its first checkpoint.
+    for name in ("model.zip", "vecnormalize.pkl", "checkpoints/ppo_256_steps.zip", "checkpoints/ppo_vecnormalize_256_steps.pkl"):
+        (crashed / name).unlink()
+    assert latest_checkpoint(crashed)[2] == 128
+    train(None, crashed, resume=True, perf_model="toy")
+    assert MaskablePPO.load(crashed / "model.zip").num_timesteps == 256
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(crashed / "config.yaml", crashed, perf_model="toy")
+
+
+def test_onnx_export_matches_sb3_predict(run):
+    import pickle
+
+    from rlsched.agents.onnx_policy import OnnxPolicy
+    from rlsched.agents.ppo.export import export_run
+    from sb3_contrib import MaskablePPO
+
+    path = export_run(run, run / "parity.onnx", which="final")
+    policy = OnnxPolicy.load(path)
+    model = MaskablePPO.load(run / "model.zip", device="cpu")
+    with open(run / "vecnormalize.pkl", "rb") as handle:
+        stats = pickle.load(handle)
+    rng = np.random.default_rng(0)
+    n = 2000
+    obs = rng.random((n, policy.obs_dim), dtype=np.float32)
+    masks = rng.random((n, int(policy.nvec.sum()))) < 0.7
+    starts = np.concatenate([[0], np.cumsum(policy.nvec)[:-1]])
+    masks[:, starts] = True  # every component keeps a level
+    expected, _ = model.predict(stats.normalize_obs(obs), deterministic=True, action_masks=masks)
+    assert np.array_equal(policy.act(obs, masks), expected)
+    assert np.array_equal(policy.act(obs[0], masks[0]), expected[0])
+    chosen = np.take_along_axis(masks, starts + policy.act(obs, masks), axis=1)
+    assert chosen.all()  # never a masked level
+
+
+def test_ppo_run_folder_policy_evaluates_like_a_baseline(run, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--scenario", TINY, "--policies", f"ppo:{run},static-equal", "--json", str(out), "--no-progress", "--perf-model", "toy"]) == 0
+    result = json.loads(out.read_text())["policies"]
+    assert list(result) == [f"ppo:{run}", "static-equal"] and result[f"ppo:{run}"]["goodput"] is not None
+    assert (run / "policy.onnx").exists()
+
+
+# ---------------------------------------------------------------- randomization
+def test_family_keeps_shapes_and_trains_only_on_the_training_part_of_traces():
+    from rlsched.agents.ppo.family import FamilyEnv, ScenarioFamily
+
+    family = ScenarioFamily("default", RandomizationConfig(priority_shuffle_probability=1.0, gpus=("a100-40gb", "a100-80gb")))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        scenario = family.sample(rng)
+        alexnet = scenario.tenant("alexnet").arrivals
+        assert alexnet.offset_s + scenario.duration_s * alexnet.time_warp <= 0.7 * alexnet.period_s
+        assert sorted(t.priority.value for t in scenario.tenants) == ["high", "low", "normal", "normal"]
+    env = FamilyEnv(family, perf_model="toy")
+    for seed in range(3):
+        obs, _ = env.reset(seed=seed)
+        assert env.observation_space.contains(obs) and env.action_masks().shape == (int(env.action_space.nvec.sum()),)
+        env.step(env.action_space.sample())
+
+
+def test_family_rejects_held_out_traces_and_other_action_spaces():
+    from rlsched.agents.ppo.family import ScenarioFamily
+
+    with pytest.raises(ConfigError, match="held out"):
+        ScenarioFamily("default-heldout", RandomizationConfig())
+    with pytest.raises(ConfigError, match="action space"):
+        ScenarioFamily("default", RandomizationConfig(gpus=("a30-24gb",)))
+
+
+def test_perturbed_demonstrations_keep_the_teachers_labels():
+    from rlsched.agents.ppo.family import ScenarioFamily
+    from rlsched.agents.ppo.pretrain import collect
+    from rlsched.simulator.run import load_performance_model
+
+    family = ScenarioFamily(TINY, RandomizationConfig())
+    toy = load_performance_model("toy")
+    calm = collect(family, "static-equal", 1, 6, 0, toy)
+    noisy = collect(family, "static-equal", 1, 6, 0, toy, perturbation=1.0)
+    # static-equal decides one configuration; every label asks for it, executed or not.
+    assert len(np.unique(calm.actions, axis=0)) == 1 and np.array_equal(np.unique(noisy.actions, axis=0), np.unique(calm.actions, axis=0))
+    assert len(noisy.observations) == 6 and noisy.masks.shape == (6, int(np.sum(calm.masks[0].size)))
+    assert not np.array_equal(noisy.observations[1:], calm.observations[1:])  # random actions went elsewhere
+
+
+# ---------------------------------------------------------------- registry and shipped policy
+def test_policy_names_accept_ppo_next_to_all():
+    from rlsched.agents.baselines import POLICIES
+    from rlsched.agents.evaluation import policy_names
+
+    assert policy_names("ppo,all") == ["ppo", *POLICIES]
+    with pytest.raises(ConfigError, match="no such"):
+        policy_names("ppo:/no/such/file.onnx")
+
+
+def test_shipped_policy_fits_the_default_scenario():
+    from rlsched.agents.onnx_policy import SHIPPED_POLICY, PpoPolicy
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    assert SHIPPED_POLICY.stat().st_size < 5_000_000
+    env = GpuShareEnv("default", perf_model="toy")
+    obs, _ = env.reset(seed=0)
+    policy = PpoPolicy("ppo")
+    policy.reset(env)
+    action = policy.act(obs, env)
+    assert env.action_space.contains(action)
