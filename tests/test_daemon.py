@@ -53,13 +53,14 @@ def test_serve_sim_50_cycles_writes_tensorboard_state_and_exits_0(tmp_path):
     assert run.returncode == 0, run.stderr
     events = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     assert events[0]["event"] == "start" and events[0]["metrics"].startswith("127.0.0.1:")
+    assert events[0]["policy"] == "ppo"  # the shipped policy decides, the planner only falls back
     assert events[-1]["event"] == "stop" and events[-1]["cycle"] == 50
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(logdir))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"goodput/total", "repair/ms", "reconfig/reconfigured", "perf/steps_per_s", "daemon/fallbacks", "slo/resnet/attainment"} <= tags
+    assert {"goodput/total", "repair/ms_mean", "reconfig/rate", "perf/steps_per_s", "daemon/fallbacks", "slo/resnet/attainment", "slo/attainment_high"} <= tags
     assert len(acc.Scalars("goodput/total")) == 50
     assert json.loads(state.read_text())["cycle"] == 50
 
@@ -139,8 +140,15 @@ def test_raw_observation_out_of_box_is_detected(tmp_path):
     daemon.env.reset(seed=0)
     daemon.env.raw_observation = daemon.env.raw_observation.copy()
     assert daemon.guard.out_of_range(daemon.env) is None
-    daemon.env.raw_observation[3] = 1.5
-    assert "outside [0, 1]" in daemon.guard.out_of_range(daemon.env)
+    names = daemon.env.encoder.names()
+    # p99 / SLO saturates by design ("four times over or worse"): inside the trained domain.
+    daemon.env.raw_observation[names.index(names[0].split("/")[0] + "/p99_over_slo")] = 1.5
+    assert daemon.guard.out_of_range(daemon.env) is None
+    daemon.env.raw_observation[0] = 1.5  # an arrival rate beyond what training drew
+    assert "arrival_rate=1.5 outside [0, 1]" in daemon.guard.out_of_range(daemon.env)
+    daemon.env.raw_observation[0] = 0.5
+    daemon.env.raw_observation[names.index(names[0].split("/")[0] + "/p99_over_slo")] = float("nan")
+    assert "p99_over_slo=nan" in daemon.guard.out_of_range(daemon.env)
 
 
 # ---------------------------------------------------------------------- configuration

@@ -1,8 +1,9 @@
 """Monitoring of the daemon: per-cycle metrics, TensorBoard events and a Prometheus endpoint.
 
-:func:`cycle_metrics` is the one place metric names are made; they follow training's
-namespaces (``goodput/...``, ``slo/...``, ``reconfig/...``, ``repair/...``,
-``perf/steps_per_s``) so that a daemon run and a training run plot side by side. The
+:func:`cycle_metrics` builds a cycle's metrics: the names training logs come from
+:mod:`rlsched.metrics` (``goodput/...``, ``slo/...``, ``reconfig/...``, ``repair/...``,
+``perf/steps_per_s``), so that a daemon run and a training run plot side by side; the
+daemon adds per-tenant SLO series and its fallback count. The
 Prometheus exporter follows DCGM's habits: ``rlsched_gpu_instance_*`` series with the
 ``gpu``, ``GPU_I_PROFILE`` and ``GPU_I_ID`` labels DCGM puts on MIG series, per-tenant
 series with a ``tenant`` label, and counters ending in ``_total``. It has its own
@@ -18,6 +19,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from rlsched.metrics import STEPS_PER_S, step_metrics
 from rlsched.simulator.node import StepResult
 
 
@@ -29,30 +31,19 @@ def cycle_metrics(info: Mapping[str, Any], step: StepResult | None, steps_per_s:
     :param steps_per_s: decision cycles per wall second, recent average
     :param fallbacks: fallbacks to the planner so far
     """
-    out = {k: float(v) for k, v in info.items() if k.startswith("goodput/")}
-    out["repair/ms"] = float(info.get("repair_ms", 0.0))
-    out["repair/distance"] = float(info.get("repair_distance", 0.0))
-    out["repair/repaired"] = float(bool(info.get("repaired", False)))
-    out["repair/fallback"] = float(bool(info.get("repair_fallback", False)))
-    out["reconfig/reconfigured"] = float(bool(info.get("reconfigured", False)))
-    out["reconfig/restarted_tenants"] = float(len(info.get("restarted_tenants", ())))
-    out["perf/steps_per_s"] = float(steps_per_s)
+    out = step_metrics(info)
+    out[STEPS_PER_S] = float(steps_per_s)
     out["daemon/fallbacks"] = float(fallbacks)
     if step is not None:
         out["reconfig/gpu_seconds"] = float(sum(step.gpu_reconfiguration_s))
-        on_time = decided = 0
         for name, st in step.tenants.items():
             if st.kind != "inference":
                 continue
-            on_time += st.on_time
-            decided += st.completed + st.dropped
             if math.isfinite(st.slo_attainment):
                 out[f"slo/{name}/attainment"] = float(st.slo_attainment)
             if math.isfinite(st.latency_ms_p99):
                 out[f"slo/{name}/latency_ms_p99"] = float(st.latency_ms_p99)
             out[f"goodput/{name}"] = float(st.terms.goodput)
-        if decided:
-            out["slo/attainment"] = on_time / decided
     return out
 
 
@@ -140,7 +131,7 @@ class PrometheusExporter:
         self.gi_operations.inc(gi_operations)
         if reconfigured:
             self.reconfigurations.inc()
-        self.repair_ms.set(metrics.get("repair/ms", 0.0))
+        self.repair_ms.set(metrics.get("repair/ms_mean", 0.0))
         self.steps_per_s.set(metrics.get("perf/steps_per_s", 0.0))
         for name, value in metrics.items():
             if name.startswith("goodput/") and name.count("/") == 1:

@@ -41,37 +41,22 @@ class Verdict:
     detail: str = ""
 
 
-class OnnxPpoPolicy(Policy):
-    """The exported PPO policy (``rlsched.agents.onnx_policy``) behind the common interface."""
-
-    name = "ppo"
-
-    def __init__(self, path: str | None = None) -> None:
-        try:
-            from rlsched.agents import onnx_policy
-        except ImportError:
-            raise ConfigError("--policy", "policy", "ppo", "no exported PPO policy in this installation (rlsched.agents.onnx_policy is missing); use --policy migrator-ilp") from None
-        self.model = onnx_policy.OnnxPolicy.load(path) if path else onnx_policy.OnnxPolicy.load(onnx_policy.default_policy_path())
-
-    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Decision:
-        return self.model.act(observation, env.action_masks())
-
-
 def ppo_available() -> bool:
-    """Whether the exported PPO policy can be loaded here."""
-    try:
-        from rlsched.agents import onnx_policy  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the shipped PPO policy is installed here."""
+    from rlsched.agents.onnx_policy import SHIPPED_POLICY
+
+    return SHIPPED_POLICY.exists()
 
 
 def build_policy(name: str, path: str | None = None) -> Policy:
-    """``auto`` (``ppo`` when available, else ``migrator-ilp``), ``ppo``, or a baseline by name."""
+    """``auto`` (``ppo`` when available, else ``migrator-ilp``), ``ppo`` (the shipped policy,
+    or the exported policy / training run at ``path``), or a baseline by name."""
     if name == "auto":
         name = "ppo" if ppo_available() else "migrator-ilp"
     if name == "ppo":
-        return OnnxPpoPolicy(path)
+        from rlsched.agents.onnx_policy import PpoPolicy
+
+        return PpoPolicy(f"ppo:{path}" if path else "ppo")
     return make_policy(name)
 
 
@@ -115,12 +100,17 @@ class GuardedPolicy:
         self.fallback.reset(env)
 
     def out_of_range(self, env: GpuShareEnv) -> str | None:
-        """The first feature outside the training range, as ``name=value``, or None."""
+        """The first feature outside the training range, as ``name=value``, or None.
+
+        Saturating features (e.g. p99 / SLO, whose top reads "four times over or worse") are
+        inside the trained domain at any value; non-finite values never are.
+        """
         raw = env.raw_observation
         if raw is None:
             return None
         space = env.observation_space
-        bad = np.flatnonzero(~np.isfinite(raw) | (raw < space.low - self.tolerance) | (raw > space.high + self.tolerance))
+        outside = (raw < space.low - self.tolerance) | (raw > space.high + self.tolerance)
+        bad = np.flatnonzero(~np.isfinite(raw) | (outside & env.encoder.range_checked()))
         if not len(bad):
             return None
         i = int(bad[0])
