@@ -53,6 +53,7 @@ class Episode:
     on_time_high: int = 0
     decided_high: int = 0
     latency_ms_p99: float = math.nan
+    report: dict[str, Any] | None = None  # what a policy says about its episode (the oracle: which plan won)
 
 
 def policy_names(text: str) -> list[str]:
@@ -90,6 +91,7 @@ def run_episode(env: GpuShareEnv, policy_name: str, seed: int, progress: Any = N
         if progress is not None:
             progress.update(1)
     episode.goodput = env.objective
+    episode.report = getattr(policy, "report", None)
     summary = env.backend.summary()
     p99s = []
     for t in env.scenario.inference_tenants():
@@ -155,6 +157,9 @@ def evaluate(
         for row in table.values():
             row["goodput_vs_oracle"] = row["goodput"] / oracle if row["goodput"] is not None else None
     result = {"scenario": env.scenario.name, "seed": seed, "episodes": episodes, "policies": table}
+    reports = {name: [e.report for e in eps] for name, eps in runs.items() if any(e.report for e in eps)}
+    if reports:
+        result["reports"] = reports
     return result, runs
 
 

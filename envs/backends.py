@@ -2,14 +2,16 @@
 
 The environment talks to a :class:`Backend` only (reset, step, observe, memory needs), so
 the same environment and policies run on the simulator (``"sim"``, :class:`SimBackend`)
-and, later, on real GPUs through NVML (``"nvml"``, added by the daemon).
+and on real GPUs through NVML (``"nvml"``: :class:`rlsched.daemon.node.NvmlNodeBackend`,
+configured with ``backend_options``).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from rlsched.decision import Configuration
 from rlsched.errors import ConfigError
@@ -20,7 +22,7 @@ from rlsched.simulator.run import PERF_MODELS, load_performance_model
 from rlsched.workloads.scenario import Scenario, load_scenario
 
 #: Backends :func:`make_backend` knows by name.
-BACKENDS = ("sim",)
+BACKENDS = ("sim", "nvml")
 
 
 class Backend(Protocol):
@@ -77,6 +79,26 @@ def resolve_scenario(scenario: str | Path | Scenario) -> Scenario:
     return load_scenario(scenario)
 
 
+class TenantMemory:
+    """Each tenant's device memory at a batch size, from the performance model, cached.
+
+    Every backend answers ``memory_gib`` the same way: the repair needs it at every step,
+    so each (tenant, batch) is asked of the performance model once.
+    """
+
+    def __init__(self, scenario: Scenario, perf_model: PerformanceModelLike) -> None:
+        self._gpu = scenario.gpu
+        self._perf_model = perf_model
+        self._models = {t.name: t.model for t in scenario.tenants}
+        self._cache: dict[tuple[str, int], float] = {}
+
+    def __call__(self, tenant: str, batch: int) -> float:
+        key = (tenant, batch)
+        if key not in self._cache:
+            self._cache[key] = float(self._perf_model.memory_gib(self._gpu, self._models[tenant], batch))
+        return self._cache[key]
+
+
 class SimBackend:
     """The request-level :class:`~rlsched.simulator.node.NodeSimulator`.
 
@@ -88,8 +110,7 @@ class SimBackend:
         self.scenario = scenario
         self.perf_model = perf_model
         self.simulator = NodeSimulator(scenario, perf_model, seed=0)
-        self._models = {t.name: t.model for t in scenario.tenants}
-        self._memory_cache: dict[tuple[str, int], float] = {}
+        self.memory_gib = TenantMemory(scenario, perf_model)
 
     def reset(self, seed: int | None, configuration: Configuration | None) -> None:
         self.simulator.reset(seed, configuration)
@@ -100,12 +121,6 @@ class SimBackend:
     def observe(self) -> dict[str, dict[str, float]]:
         return self.simulator.observation()
 
-    def memory_gib(self, tenant: str, batch: int) -> float:
-        key = (tenant, batch)
-        if key not in self._memory_cache:
-            self._memory_cache[key] = float(self.perf_model.memory_gib(self.scenario.gpu, self._models[tenant], batch))
-        return self._memory_cache[key]
-
     @property
     def totals(self) -> GoodputTerms:
         return self.simulator.totals
@@ -114,10 +129,20 @@ class SimBackend:
         return self.simulator.summary()
 
 
-def make_backend(backend: str | Backend, scenario: Scenario, perf_model: str | PerformanceModelLike) -> Backend:
-    """A backend by name (``"sim"``) or an object that already is one."""
+def make_backend(backend: str | Backend, scenario: Scenario, perf_model: str | PerformanceModelLike, options: Mapping[str, Any] | None = None) -> Backend:
+    """A backend by name (``"sim"``, ``"nvml"``) or an object that already is one.
+
+    :param options: keyword options of the named backend (``"nvml"``: those of
+        :class:`rlsched.daemon.node.NvmlNodeBackend`, e.g. ``nvml``, ``apply``, ``source``)
+    """
     if not isinstance(backend, str):
         return backend
     if backend == "sim":
+        if options:
+            raise ConfigError("environment", "backend_options", dict(options), "the sim backend takes no options")
         return SimBackend(scenario, performance_model(perf_model))
-    raise ConfigError("environment", "backend", backend, f"allowed: {', '.join(BACKENDS)} (nvml: not yet, the daemon adds it)")
+    if backend == "nvml":
+        from rlsched.daemon.node import make_node_backend  # the daemon imports the env: import late
+
+        return make_node_backend(scenario, performance_model(perf_model), options or {})
+    raise ConfigError("environment", "backend", backend, f"allowed: {', '.join(BACKENDS)}, or a Backend object")

@@ -41,7 +41,10 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
     """A node of ``scenario.gpu_count`` GPUs shared by the scenario's tenants.
 
     :param scenario: a bundled scenario name (``"default"``), a YAML path, or a Scenario
-    :param backend: ``"sim"`` (the request-level simulator) or a :class:`Backend` object
+    :param backend: ``"sim"`` (the request-level simulator), ``"nvml"`` (a real node, see
+        :class:`rlsched.daemon.node.NvmlNodeBackend`) or a :class:`Backend` object
+    :param backend_options: keyword options of the named backend (``"nvml"``: NVML module,
+        ``apply``, observation ``source``, ...)
     :param perf_model: ``"calibrated"``, ``"toy"`` or a performance model object (sim backend)
     :param repair_weights: prices of the repair objective (how "nearest" is measured)
     :param render_mode: None or ``"ansi"`` (a text line per step)
@@ -61,11 +64,12 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         repair_weights: RepairWeights = RepairWeights(),
         render_mode: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError("environment", "render_mode", render_mode, f"allowed: None, {', '.join(self.metadata['render_modes'])}")
         self.scenario = resolve_scenario(scenario)
-        self.backend = make_backend(backend, self.scenario, perf_model)
+        self.backend = make_backend(backend, self.scenario, perf_model, backend_options)
         self.codec = ActionCodec(self.scenario, self.backend.memory_gib)
         self.encoder = ObservationEncoder(self.scenario, self.backend.memory_gib)
         self.action_space = self.codec.space
@@ -77,6 +81,7 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self.current: Configuration | None = self.scenario.reference
         self.last_step: StepResult | None = None
         self.backend_seed: int | None = None  # the seed the backend's episode started from
+        self.raw_observation: np.ndarray | None = None  # the last observation before clipping
         self._repair_cache: dict[tuple, tuple[RepairResult, bool]] = {}
         self._gpu_reconfiguration_s: tuple[float, ...] = (0.0,) * self.scenario.gpu_count
         self._check_every_action_is_executable()
@@ -237,7 +242,9 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         return counts
 
     def _observation(self, elapsed_fraction: float) -> np.ndarray:
-        return self.encoder.encode(self.backend.observe(), self.current, self._gpu_reconfiguration_s, elapsed_fraction)
+        # Kept unclipped too: the daemon falls back when a feature leaves the training range.
+        self.raw_observation = self.encoder.raw(self.backend.observe(), self.current, self._gpu_reconfiguration_s, elapsed_fraction)
+        return self.encoder.clip(self.raw_observation)
 
     def _configuration_info(self, config: Configuration | None) -> dict[str, Any]:
         """The applied configuration in plain values: layout specs, modes and placements."""

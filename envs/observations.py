@@ -33,6 +33,11 @@ TENANT_FEATURES: tuple[str, ...] = (
     "priority_high", "priority_normal", "priority_low", "slo",
     "placed_gpu", "instance_slices", "mps_share", "batch_size", "mode_mps", "mode_time_slice", "mode_priority_fill",
 )
+#: Features whose clipped top reads "this much or worse" by design: p99 at four times the SLO
+#: and p99 at forty times both read 1; a full queue (the batch in service counted too) reads
+#: 1. Training on overloaded scenarios sees that often, so a raw value above the Box is still
+#: inside what the policy was trained on.
+SATURATING_FEATURES: frozenset[str] = frozenset({"p99_over_slo", "queue_length"})
 GPU_FEATURES: tuple[str, ...] = ("compute_slices_used", "instances", "tenants", "memory_used", "reconfiguration")
 
 
@@ -59,8 +64,23 @@ class ObservationEncoder:
         out += [f"gpu{g}/{f}" for g in range(self.scenario.gpu_count) for f in GPU_FEATURES]
         return out + ["time"]
 
+    def range_checked(self) -> np.ndarray:
+        """Bool per entry: True where a raw value outside [0, 1] means "outside training"
+        (every feature but :data:`SATURATING_FEATURES`)."""
+        return np.array([name.rpartition("/")[2] not in SATURATING_FEATURES for name in self.names()])
+
     def encode(self, measured: dict[str, dict[str, float]], config: Configuration | None, gpu_reconfiguration_s: tuple[float, ...], elapsed_fraction: float) -> np.ndarray:
-        """The observation.
+        """The observation (:meth:`raw`, clipped into the Box)."""
+        return self.clip(self.raw(measured, config, gpu_reconfiguration_s, elapsed_fraction))
+
+    @staticmethod
+    def clip(raw: np.ndarray) -> np.ndarray:
+        """A raw vector in the Box: NaN reads 0, everything clipped into [0, 1], float32."""
+        return np.clip(np.where(np.isfinite(raw), raw, 0.0), 0.0, 1.0).astype(np.float32)
+
+    def raw(self, measured: dict[str, dict[str, float]], config: Configuration | None, gpu_reconfiguration_s: tuple[float, ...], elapsed_fraction: float) -> np.ndarray:
+        """The normalized features before clipping (a value outside [0, 1] is outside what
+        training saw: the daemon falls back to the planner then).
 
         :param measured: the backend's per-tenant measurements of the last interval
         :param config: the running configuration (None: nothing deployed)
@@ -112,9 +132,7 @@ class ObservationEncoder:
                 row[4] = gpu_reconfiguration_s[g] / interval
             rows.append(row)
         rows.append(np.array([elapsed_fraction]))
-        vector = np.concatenate(rows)
-        vector = np.where(np.isfinite(vector), vector, 0.0)
-        return np.clip(vector, 0.0, 1.0).astype(np.float32)
+        return np.concatenate(rows)
 
     def _instance_slices(self, config: Configuration, g: int, i: int) -> float:
         layout = config.layouts[g]

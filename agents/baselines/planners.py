@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from rlsched.agents.baselines.base import CapacityModel, Policy, arrival_rates_rps, sized_requests
+from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.solver import TenantRequest
+from rlsched.solver.planner import Plan, Planner
 
-#: MIGRator plans for this multiple of the measured rate (room for bursts between plans).
-MIGRATOR_HEADROOM = 1.2
-#: Re-plan when a tenant's rate falls below this fraction of what the plan was made for.
-MIGRATOR_SHRINK = 0.5
+#: Decision intervals the planner looks ahead (restarts are amortised over them).
+MIGRATOR_LOOKAHEAD = 3
 
 
 class ParisElsa(Policy):
@@ -41,46 +41,36 @@ class ParisElsa(Policy):
 
 
 class MigratorIlp(Policy):
-    """Dynamic MIG reconfiguration planned by an ILP, re-planned as the load moves.
+    """Dynamic MIG reconfiguration planned by a Goodput-maximising ILP every interval.
 
-    Follows MIGRator (arXiv 2407.13126): the MIG layout is re-planned during the run by an
-    ILP whose objective serves each inference tenant's load within its SLO, with retraining
-    (continual-learning) jobs given the GPU left over. Each plan sizes every tenant's GI for
-    1.2x its measured (smoothed) rate from the performance model, and the repair ILP
-    (HiGHS, priced with GI create/destroy seconds and tenant moves) finds the layout.
+    Follows MIGRator (arXiv 2407.13126): every decision interval one HiGHS MILP
+    (:class:`rlsched.solver.planner.Planner`) chooses each GPU's MIG layout and each
+    tenant's GI, MPS share and batch so as to maximise the Goodput predicted from forecast
+    arrival rates (on-time requests x accuracy x priority weight, minus the SLO penalty,
+    plus best-effort progress and retraining gains) minus the reconfiguration cost (GI
+    create/destroy seconds and restart downtime x the value it loses), over a lookahead of
+    :data:`MIGRATOR_LOOKAHEAD` windows. The forecast is the smoothed (EWMA) rate measured so
+    far, held over the lookahead, plus the queued requests spread over the first window.
 
-    Departs: MIGRator solves one ILP over a lookahead window of predicted arrivals with the
-    Goodput (SLO attainment x accuracy) in the objective, reconfigures every second and hides
-    the cost by pre-initializing instances; here the plan is per decision interval from the
-    measured rate, re-planned only when a tenant outgrows its capacity or falls below half
-    its planned rate (restarts cost seconds in the simulator and are not hidden), and the
-    ILP minimizes the distance to the sized requests rather than Goodput itself.
+    Departs: MIGRator forecasts arrivals with a learned predictor and plans a per-window
+    sequence over its lookahead, reconfigures every second and hides the cost by
+    pre-initializing instances; here the forecast is an EWMA, one configuration is held over
+    the lookahead (receding horizon), restarts are paid in full, every GI runs MPS (no
+    priority fill or time slicing), and co-location is priced with the worst co-runner
+    (see the planner's docstring).
     """
 
     name = "migrator-ilp"
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.model = CapacityModel(env)
-        self.planned: dict[str, float] | None = None
-        self.requests: dict[str, TenantRequest] | None = None
+        self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
+        self.last_plan: Plan | None = None
 
-    def act(self, observation: np.ndarray, env: GpuShareEnv) -> dict[str, TenantRequest]:
+    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
+        measured = env.backend.observe()
         rates = arrival_rates_rps(env)
-        if self.requests is None or self._outgrown(env, rates):
-            self.requests = sized_requests(env, self.model, rates, MIGRATOR_HEADROOM)
-            self.planned = rates
-        return self.requests
-
-    def _outgrown(self, env: GpuShareEnv, rates: dict[str, float]) -> bool:
-        config = env.current
-        assert self.planned is not None
-        for t in env.scenario.inference_tenants():
-            if rates[t.name] < MIGRATOR_SHRINK * self.planned[t.name]:
-                return True
-            if config is not None and t.name in config.placements:
-                layout = config.layouts[config.placements[t.name].gpu_index]
-                index = config.placements[t.name].instance_index
-                profile = layout.instances[index].profile if len(layout) else None
-                if self.model.capacity(t, profile, config.placements[t.name].mps_pct)[0] < rates[t.name]:
-                    return True
-        return False
+        backlog = {name: float(measured[name].get("queue_length", 0.0)) for name in rates}
+        accuracy = {name: float(measured[name]["accuracy"]) for name in rates}
+        windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
+        self.last_plan = self.planner.plan(windows, env.current, accuracy)
+        return self.last_plan.configuration

@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="probe the in-memory fake NVML instead (demo/test), one per GPU, e.g. a100-40gb:3g@0,3g@4",
     )
     p.set_defaults(func=cmd_probe)
+
+    from rlsched.daemon.commands import register as register_daemon
+    register_daemon(sub)
     return parser
 
 

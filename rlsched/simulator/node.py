@@ -240,6 +240,20 @@ class NodeSimulator:
             obs[t.name] = entry
         return obs
 
+    def upcoming_rates_rps(self, windows: int = 1) -> list[dict[str, float]]:
+        """Per coming decision interval (``windows`` of them, the next first), each
+        inference tenant's arrival intensity as its process defines it
+        (:meth:`~rlsched.workloads.arrivals.ArrivalProcess.window_rate_rps`), requests/s.
+
+        The true future, read without drawing: for an oracle in a replayed episode only;
+        a policy must not see it.
+        """
+        return [
+            {name: process.window_rate_rps(self.time_s + k * self.interval_s, self.time_s + (k + 1) * self.interval_s)
+             for name, process in self._arrivals.items()}
+            for k in range(windows)
+        ]
+
     # ------------------------------------------------------------------ configuration
     def _instance(self, config: Configuration, p: TenantPlacement) -> tuple[tuple[int, GpuInstance | None], str | None, int | None, float]:
         """(identity, profile, compute slices, memory GiB) of a placement's instance."""

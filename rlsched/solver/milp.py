@@ -102,8 +102,9 @@ class Milp:
         self._row_upper.append(upper)
         return len(self._row_lower) - 1
 
-    def solve(self) -> MilpSolution:
-        """Solve with :data:`SOLVER_OPTIONS`.
+    def solve(self, options: dict[str, object] | None = None) -> MilpSolution:
+        """Solve with :data:`SOLVER_OPTIONS` (``options`` override some of them; threads
+        and seed stay fixed).
 
         Infeasibility is an answer (``feasible`` False), not an error. Raises
         :class:`SolverError` on any status that is neither optimal, infeasible, nor a time
@@ -129,7 +130,7 @@ class Milp:
             lp.integrality_ = [kinds[0] if flag else kinds[1] for flag in self._integer]
 
         highs = highspy.Highs()
-        for name, value in SOLVER_OPTIONS.items():
+        for name, value in {**SOLVER_OPTIONS, **(options or {})}.items():
             highs.setOptionValue(name, value)
         highs.passModel(lp)
         run_status = highs.run()

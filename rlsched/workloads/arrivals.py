@@ -75,6 +75,15 @@ class ArrivalProcess(ABC):
     def mean_rate_rps(self) -> float:
         """Long-run mean arrival rate, requests per second (what scenario totals are checked on)."""
 
+    def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
+        """The arrival intensity averaged over [t_start_s, t_end_s), requests per second, as
+        far as the process's definition and current state determine it; draws nothing.
+
+        What a planner told the true future (the oracle) reads. The base answer is the
+        long-run mean; every shipped process states its window's own rate.
+        """
+        return self.mean_rate_rps()
+
 
 @dataclass
 class PoissonArrivals(ArrivalProcess):
@@ -86,6 +95,9 @@ class PoissonArrivals(ArrivalProcess):
         return piecewise_poisson(np.array([t_start_s, t_end_s]), np.array([self.rate_rps]), rng)
 
     def mean_rate_rps(self) -> float:
+        return self.rate_rps
+
+    def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
         return self.rate_rps
 
 
@@ -143,6 +155,13 @@ class RateSeriesArrivals(ArrivalProcess):
         widths = np.diff(np.concatenate([self.times_s, [self.period_s]]))
         return float(np.sum(self.rates_rps * widths) / self.period_s) * self.rate_scale
 
+    def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
+        """Exact: the integral of the (scaled) series over the window / its length."""
+        if t_end_s <= t_start_s:
+            return 0.0
+        breaks, rates = self.segments(t_start_s, t_end_s)
+        return float(np.sum(rates * np.diff(breaks)) / (t_end_s - t_start_s))
+
 
 def diurnal_arrivals(mean_rate_rps: float, amplitude: float, period_s: float = 86400.0, phase_s: float = 0.0, resolution_s: float = 60.0) -> RateSeriesArrivals:
     """Poisson arrivals whose rate follows ``mean * (1 + amplitude * sin(2 pi (t - phase) / period))``.
@@ -194,6 +213,19 @@ class MmppArrivals(ArrivalProcess):
     def mean_rate_rps(self) -> float:
         weights = np.asarray(self.mean_sojourn_s, dtype=float)
         return float(np.dot(weights / weights.sum(), self.rates_rps)) * self.rate_scale
+
+    def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
+        """Exact up to the first switch in the window (the hidden state and its end are
+        already drawn); after it, the next state's rate (with two states the next state is
+        certain; with more, the mean of the others). Further switches within the window are
+        not yet drawn and are ignored."""
+        if t_end_s <= t_start_s:
+            return 0.0
+        now = self.rates_rps[self._state]
+        others = [r for k, r in enumerate(self.rates_rps) if k != self._state]
+        after = float(np.mean(others)) if others else now
+        switch = min(max(self._next_switch_s, t_start_s), t_end_s)
+        return ((switch - t_start_s) * now + (t_end_s - switch) * after) / (t_end_s - t_start_s) * self.rate_scale
 
 
 @dataclass
@@ -252,6 +284,22 @@ class TimestampArrivals(ArrivalProcess):
 
     def mean_rate_rps(self) -> float:
         return self.times_s.size / self.period_s * self.rate_scale
+
+    def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
+        """The recorded requests in the window's trace span (looped) x ``rate_scale`` per
+        trace second: exact up to the random rounding of the copies."""
+        w = self.time_warp
+        a = self.offset_s + t_start_s * w
+        b = self.offset_s + t_end_s * w
+        if b <= a:
+            return 0.0
+        count = 0
+        period = math.floor(a / self.period_s)
+        while period * self.period_s < b:
+            base = period * self.period_s
+            count += int(np.searchsorted(self.times_s, b - base, side="left") - np.searchsorted(self.times_s, a - base, side="left"))
+            period += 1
+        return count / (b - a) * self.rate_scale
 
 
 @dataclass
@@ -346,3 +394,24 @@ class ServeGenArrivals(ArrivalProcess):
         for windows in self.clients:
             total += sum(x.rate_rps * x.length_s for x in windows) / self.period_s
         return total * self.rate_scale
+
+    def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
+        """The trace's rate column over the window (time-weighted over window boundaries)."""
+        if t_end_s <= t_start_s:
+            return 0.0
+        w = self.time_warp
+        total = 0.0
+        for c, windows in enumerate(self.clients):
+            t = t_start_s
+            while t < t_end_s:
+                trace_t = self.offset_s + t * w
+                base = math.floor(trace_t / self.period_s) * self.period_s
+                k = int(np.searchsorted(self._starts[c], trace_t - base, side="right")) - 1
+                window = windows[max(k, 0)]
+                seg_end_s = min(t_end_s, (base + window.start_s + window.length_s - self.offset_s) / w)
+                if seg_end_s <= t:
+                    t = math.nextafter(t, math.inf)
+                    continue
+                total += window.rate_rps * (seg_end_s - t)
+                t = seg_end_s
+        return total / (t_end_s - t_start_s) * self.rate_scale

@@ -1,0 +1,277 @@
+"""Environment backends that drive a real node (``backend="nvml"``), and the simulator with an
+operation count (what the daemon runs on ``--backend sim``).
+
+Both implement :class:`rlsched.envs.backends.Backend`, so ``gymnasium.make("rlsched/GpuShare-v0",
+backend="nvml", backend_options={...})`` and ``rlsched serve`` share one code path: the
+environment repairs the decision, the backend applies it and reports the interval.
+
+:class:`NvmlNodeBackend` steps take real time: the configuration's MIG layouts are applied
+through :class:`~rlsched.daemon.nvml_backend.NvmlMigBackend` (a dry run unless ``apply``),
+MPS shares through :class:`~rlsched.daemon.mps.MpsManager` (tenants whose instance goes away
+are stopped first), then the backend waits out the decision interval and reads the
+observation source (:class:`~rlsched.daemon.sources.PrometheusSource`) and NVML telemetry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rlsched.daemon.mig_parted_backend import MigPartedBackend
+from rlsched.daemon.mps import MpsManager, TenantClient, client_targets
+from rlsched.daemon.nvml_backend import NvmlMigBackend, RetryPolicy
+from rlsched.daemon.sources import InstanceTelemetry, NvmlTelemetry, PrometheusSource, SourceError
+from rlsched.decision import Configuration
+from rlsched.envs.backends import SimBackend, TenantMemory
+from rlsched.errors import RlschedError
+from rlsched.goodput import GoodputTerms, goodput_terms
+from rlsched.hardware import change_plan
+from rlsched.simulator.node import StepResult, TenantStepStats
+from rlsched.simulator.perf import PerformanceModelLike
+from rlsched.workloads.scenario import Scenario
+from rlsched.workloads.tenants import InferenceTenant
+
+LOG = logging.getLogger("rlsched.daemon")
+
+
+class ApplyError(RlschedError):
+    """A configuration could not be applied; each GPU is back in its old layout (rolled back)
+    or, if even that failed, reported ``broken`` in :attr:`detail`.
+
+    :param detail: the apply report, one line per GPU
+    :param gi_operations: GI/CI operations tried, rollback included
+    """
+
+    def __init__(self, detail: str, gi_operations: int) -> None:
+        super().__init__(detail)
+        self.detail, self.gi_operations = detail, gi_operations
+
+
+class SimNodeBackend(SimBackend):
+    """The simulator, counting the GI operations its steps would issue on hardware.
+
+    A GI is destroyed or created exactly where the minimal change plan says
+    (:func:`rlsched.hardware.change_plan`, the plan the NVML backend carries out), so the
+    count is what an NVML node would have done: a restart that re-deploys an unchanged
+    layout shows 0.
+    """
+
+    def __init__(self, scenario: Scenario, perf_model: PerformanceModelLike) -> None:
+        super().__init__(scenario, perf_model)
+        self.applied: Configuration | None = None
+        self.gi_operations = 0
+        self.last_gi_operations = 0
+
+    def reset(self, seed: int | None, configuration: Configuration | None) -> None:
+        super().reset(seed, configuration)
+        self.applied = configuration
+
+    def step(self, configuration: Configuration) -> StepResult:
+        result = super().step(configuration)
+        ops = 0
+        for g, target in enumerate(configuration.layouts):
+            old = self.applied.layouts[g] if self.applied is not None else type(target)(target.gpu, ())
+            plan = change_plan(old, target)
+            ops += len(plan.destroyed) + len(plan.created)
+        self.applied = configuration
+        self.last_gi_operations = ops
+        self.gi_operations += ops
+        return result
+
+
+class NvmlNodeBackend:
+    """A node of real GPUs (or :class:`~rlsched.daemon.fake_nvml.FakeNvml`) as an environment backend.
+
+    :param scenario: the node (GPU type and count) and its tenants
+    :param perf_model: memory needs of tenants (the repair packs with them)
+    :param nvml: the pynvml module or a stand-in (None: import pynvml)
+    :param apply: really change MIG layouts and restart MPS clients (False: plan and log only)
+    :param interval_s: decision interval, seconds (None: the scenario's)
+    :param source: per-tenant measurements (None: none; the observation then shows only the
+        configuration and NVML telemetry)
+    :param clients: tenant -> how to start its client (MPS shares are applied only with these)
+    :param mps: the MPS manager (None: one built from ``clients``)
+    :param mig_parted: apply layouts through mig-parted instead of NVML (NVML still reads)
+    :param gpu_types: catalog type per GPU (None: the scenario's GPU for each)
+    :param retry: IN_USE back-off of the NVML backend
+    :param sleep: waits, seconds (the fake's ``sleep`` keeps tests instant)
+    :param clock: monotonic clock, seconds (the fake's ``clock`` in tests)
+    :param telemetry: read NVML memory/GPM per instance every interval
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        perf_model: PerformanceModelLike,
+        *,
+        nvml: Any = None,
+        apply: bool = False,
+        interval_s: float | None = None,
+        source: PrometheusSource | None = None,
+        clients: Mapping[str, TenantClient] | None = None,
+        mps: MpsManager | None = None,
+        mig_parted: MigPartedBackend | None = None,
+        gpu_types: Sequence[str] | None = None,
+        retry: RetryPolicy = RetryPolicy(),
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        telemetry: bool = True,
+    ) -> None:
+        self.scenario = scenario
+        self.perf_model = perf_model
+        self.apply = apply
+        self.interval_s = float(interval_s if interval_s is not None else scenario.decision_interval_s)
+        self.source = source
+        self.mps = mps if mps is not None else (MpsManager(clients) if clients else None)
+        self.mig_parted = mig_parted
+        self.sleep, self.clock = sleep, clock
+        self.mig = NvmlMigBackend(nvml, gpu_types=gpu_types or [scenario.gpu] * scenario.gpu_count, retry=retry, sleep=sleep, clock=clock)
+        self.mig.__enter__()
+        self.telemetry = NvmlTelemetry(self.mig.nvml) if telemetry else None
+        self.instances: list[InstanceTelemetry] = []
+        self.gi_operations = 0
+        self.last_gi_operations = 0
+        self.memory_gib = TenantMemory(scenario, perf_model)
+        self._measured: dict[str, dict[str, float]] = {}
+        self._totals = GoodputTerms()
+        self._tenant_totals: dict[str, dict[str, float]] = {}
+        self._time_s = 0.0
+        self._mig_parted_applied: tuple | None = None
+        self._applied: Configuration | None = None  # the configuration the MPS clients run
+
+    def close(self) -> None:
+        """Shut NVML down (the backend is unusable afterwards)."""
+        self.mig.__exit__(None, None, None)
+
+    # ------------------------------------------------------------------ Backend protocol
+    def reset(self, seed: int | None, configuration: Configuration | None) -> None:
+        """Start counting from now; the hardware is left as it is (the first step applies)."""
+        self._totals = GoodputTerms()
+        self._tenant_totals = {t.name: {"completed": 0.0, "dropped": 0.0, "on_time": 0.0} for t in self.scenario.inference_tenants()}
+        self._time_s = 0.0
+        self._measured = {}
+        if self.source is not None:
+            try:
+                self.source.measure()  # the counters' baseline
+            except SourceError as exc:
+                LOG.warning("observation source unreadable at reset: %s", exc)
+
+    def read_layouts(self) -> list:
+        """The layouts NVML sees now, GPU 0..G-1."""
+        return self.mig.read_layouts()
+
+    def step(self, configuration: Configuration) -> StepResult:
+        """Apply, wait out the interval, measure. Raises :class:`ApplyError` (after the interval,
+        so that a failing GPU is retried once per interval, not in a busy loop)."""
+        started = self.clock()
+        reconfiguration_s, ops, failure = self._apply(configuration)
+        self.last_gi_operations = ops
+        self.gi_operations += ops
+        remaining = self.interval_s - (self.clock() - started)
+        if remaining > 0:
+            self.sleep(remaining)
+        if failure is not None:
+            raise ApplyError(failure, ops)
+        measured = self._measure()
+        return self._result(configuration, measured, reconfiguration_s)
+
+    def observe(self) -> dict[str, dict[str, float]]:
+        keys = ("arrival_rate_rps", "arrival_rate_ewma_rps", "queue_length", "p99_over_slo", "slo_attainment", "utilization", "accuracy")
+        return {name: {k: v for k, v in m.items() if k in keys} for name, m in self._measured.items()}
+
+    @property
+    def totals(self) -> GoodputTerms:
+        return self._totals
+
+    def summary(self) -> dict[str, dict[str, float | int | str]]:
+        out: dict[str, dict[str, float | int | str]] = {}
+        for name, tot in self._tenant_totals.items():
+            decided = tot["completed"] + tot["dropped"]
+            out[name] = {"kind": "inference", "completed": int(tot["completed"]), "dropped": int(tot["dropped"]), "on_time": int(tot["on_time"]),
+                         "slo_attainment": tot["on_time"] / decided if decided else math.nan}
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _apply(self, config: Configuration) -> tuple[tuple[float, ...], int, str | None]:
+        """(per-GPU seconds without instances, operations, failure text or None)."""
+        layouts = list(config.layouts)
+        if self.mig_parted is not None:
+            return self._apply_mig_parted(layouts)
+        if self.apply and self.mps is not None and self._applied is not None:
+            # A busy GI cannot be destroyed: stop the clients of instances that go away first.
+            current = self.mig.read_layouts()
+            doomed = {(g, gi) for g, (old, new) in enumerate(zip(current, layouts)) for gi in change_plan(old, new).destroyed}
+            applied = self._applied
+            self.mps.stop_tenants([
+                name for name, p in applied.placements.items()
+                if len(applied.layouts[p.gpu_index]) and (p.gpu_index, applied.layouts[p.gpu_index].instances[p.instance_index]) in doomed
+            ])
+        report = self.mig.apply(layouts, dry_run=not self.apply)
+        ops = sum(len(g.operations) for g in report.gpus)
+        seconds = tuple(g.unavailable_s for g in report.gpus)
+        if not report.ok:
+            return seconds, ops, str(report)
+        if not report.dry_run:
+            LOG.debug("applied: %s", report)
+        if self.apply and self.mps is not None:
+            uuids = [self.mig.mig_device_uuids(g) for g in range(len(layouts))]
+            self.mps.apply(client_targets(config, uuids), dry_run=False)
+        self._applied = config
+        return seconds, ops, None
+
+    def _apply_mig_parted(self, layouts: list) -> tuple[tuple[float, ...], int, str | None]:
+        # mig-parted rebuilds every GPU on a label change: only relabel when the layouts change.
+        key = tuple(layout.spec() for layout in layouts)
+        if key == self._mig_parted_applied:
+            return (0.0,) * len(layouts), 0, None
+        report = self.mig_parted.apply(layouts, dry_run=not self.apply)
+        self._mig_parted_applied = key if self.apply else self._mig_parted_applied
+        return (0.0,) * len(layouts), 0, None if report.ok else str(report)
+
+    def _measure(self) -> dict[str, dict[str, float]]:
+        measured: dict[str, dict[str, float]] = {}
+        if self.source is not None:
+            try:
+                measured = self.source.measure()
+            except SourceError as exc:
+                LOG.warning("observation source: %s", exc)
+        if self.telemetry is not None:
+            self.instances = self.telemetry.read(self.scenario.gpu_count)
+        self._measured = measured
+        return measured
+
+    def _result(self, config: Configuration, measured: dict[str, dict[str, float]], reconfiguration_s: tuple[float, ...]) -> StepResult:
+        t0 = self._time_s
+        self._time_s += self.interval_s
+        tenants: dict[str, TenantStepStats] = {}
+        total = GoodputTerms()
+        for t in self.scenario.tenants:
+            m = measured.get(t.name, {})
+            stats = TenantStepStats(t.name, t.kind)
+            if isinstance(t, InferenceTenant):
+                completed, dropped, on_time = m.get("completed", 0.0), m.get("dropped", 0.0), m.get("on_time", 0.0)
+                stats = TenantStepStats(
+                    t.name, t.kind, arrived=int(completed + dropped), completed=int(completed), dropped=int(dropped),
+                    on_time=int(on_time), violated=int(m.get("violated", 0.0)), slo_ms=t.slo_ms,
+                    slo_attainment=on_time / (completed + dropped) if completed + dropped else math.nan,
+                    latency_ms_mean=m.get("latency_ms_mean", math.nan), latency_ms_p99=m.get("latency_ms_p99", math.nan),
+                    utilization=m.get("utilization", 0.0), arrival_rate_rps=m.get("arrival_rate_rps", 0.0),
+                    arrival_rate_ewma_rps=m.get("arrival_rate_ewma_rps", 0.0),
+                )
+                stats.terms = goodput_terms(self.scenario.weights, t.priority.value, on_time, 1.0, stats.violated, dropped)
+                tot = self._tenant_totals.setdefault(t.name, {"completed": 0.0, "dropped": 0.0, "on_time": 0.0})
+                tot["completed"] += completed
+                tot["dropped"] += dropped
+                tot["on_time"] += on_time
+            total = total + stats.terms
+            tenants[t.name] = stats
+        self._totals = self._totals + total
+        return StepResult(t0, self._time_s, tenants, total, reconfiguration_s, False)
+
+
+def make_node_backend(scenario: Scenario, perf_model: PerformanceModelLike, options: Mapping[str, Any]) -> NvmlNodeBackend:
+    """The ``backend="nvml"`` of the environment (keyword options of :class:`NvmlNodeBackend`)."""
+    return NvmlNodeBackend(scenario, perf_model, **options)

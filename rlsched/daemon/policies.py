@@ -1,0 +1,138 @@
+"""Who decides in the daemon: the policy, guarded, with the ILP planner as the fallback.
+
+The policy (the shipped PPO policy, or any baseline) is trusted only inside what it was
+trained on: when an observation feature leaves the observation Box (before clipping), when
+the policy raises, or when its output is not a valid decision (NaN, wrong shape, a level out
+of range, unknown or missing tenants), the fallback planner (``migrator-ilp``) decides that
+cycle instead, and the reason is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlsched.agents.baselines import Decision, Policy, make_policy
+from rlsched.decision import Configuration
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.errors import ConfigError, RlschedError
+from rlsched.solver import TenantRequest
+
+#: Why a cycle was decided by the fallback planner.
+FALLBACK_REASONS = ("out-of-range", "policy-error", "invalid-output", "apply-failed")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A cycle's decision and who took it.
+
+    :param decision: what to apply
+    :param policy: name of the policy that decided
+    :param reason: one of :data:`FALLBACK_REASONS` when the fallback decided, else None
+    :param detail: what exactly was wrong (one line), else ""
+    """
+
+    decision: Decision
+    policy: str
+    reason: str | None = None
+    detail: str = ""
+
+
+def ppo_available() -> bool:
+    """Whether the shipped PPO policy is installed here."""
+    from rlsched.agents.onnx_policy import SHIPPED_POLICY
+
+    return SHIPPED_POLICY.exists()
+
+
+def build_policy(name: str, path: str | None = None) -> Policy:
+    """``auto`` (``ppo`` when available, else ``migrator-ilp``), ``ppo`` (the shipped policy,
+    or the exported policy / training run at ``path``), or a baseline by name."""
+    if name == "auto":
+        name = "ppo" if ppo_available() else "migrator-ilp"
+    if name == "ppo":
+        from rlsched.agents.onnx_policy import PpoPolicy
+
+        return PpoPolicy(f"ppo:{path}" if path else "ppo")
+    return make_policy(name)
+
+
+def decision_problem(decision: object, env: GpuShareEnv) -> str | None:
+    """What makes a policy output unusable (one line), or None when the env can execute it."""
+    try:
+        if isinstance(decision, Configuration):
+            unknown = sorted(set(decision.placements) - set(env.tenant_names))
+            problems = ([f"unknown tenant {unknown[0]}"] if unknown else []) + decision.problems(env.tenant_names)
+            return "; ".join(problems) or None
+        if isinstance(decision, Mapping):
+            missing = [n for n in env.tenant_names if n not in decision]
+            if missing:
+                return f"no request for tenant {missing[0]}"
+            for name, request in decision.items():
+                if not isinstance(request, TenantRequest):
+                    return f"tenant {name}: expected a TenantRequest, got {type(request).__name__}"
+                numbers = (request.compute_slices, request.memory_gib, request.mps_pct, request.batch_size)
+                if not all(isinstance(x, int | float) and math.isfinite(x) for x in numbers) or request.compute_slices <= 0:
+                    return f"tenant {name}: non-finite or non-positive request {request}"
+            return None
+        env.codec.check(decision)
+    except (RlschedError, TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+class GuardedPolicy:
+    """The policy, with ``fallback`` deciding whenever the policy cannot be trusted.
+
+    :param policy: the primary decision rule
+    :param fallback: the planner (``migrator-ilp``)
+    :param tolerance: how far a normalized feature may leave [low, high] of the observation Box
+    """
+
+    def __init__(self, policy: Policy, fallback: Policy, tolerance: float = 0.0) -> None:
+        self.policy, self.fallback, self.tolerance = policy, fallback, tolerance
+
+    def reset(self, env: GpuShareEnv) -> None:
+        self.policy.reset(env)
+        self.fallback.reset(env)
+
+    def out_of_range(self, env: GpuShareEnv) -> str | None:
+        """The first feature outside the training range, as ``name=value``, or None.
+
+        Saturating features (e.g. p99 / SLO, whose top reads "four times over or worse") are
+        inside the trained domain at any value; non-finite values never are.
+        """
+        raw = env.raw_observation
+        if raw is None:
+            return None
+        space = env.observation_space
+        outside = (raw < space.low - self.tolerance) | (raw > space.high + self.tolerance)
+        bad = np.flatnonzero(~np.isfinite(raw) | (outside & env.encoder.range_checked()))
+        if not len(bad):
+            return None
+        i = int(bad[0])
+        return f"{env.encoder.names()[i]}={float(raw[i]):.3g} outside [{float(space.low[i]):g}, {float(space.high[i]):g}] ({len(bad)} features)"
+
+    def decide(self, observation: np.ndarray, env: GpuShareEnv) -> Verdict:
+        """The decision for the next interval."""
+        outside = self.out_of_range(env)
+        if outside is not None:
+            return self._fallback(observation, env, "out-of-range", outside)
+        try:
+            decision = self.policy.act(observation, env)
+        except Exception as exc:  # the policy is a model or third-party code: anything may escape
+            return self._fallback(observation, env, "policy-error", f"{type(exc).__name__}: {exc}")
+        problem = decision_problem(decision, env)
+        if problem is not None:
+            return self._fallback(observation, env, "invalid-output", problem)
+        return Verdict(decision, self.policy.name)
+
+    def decide_fallback(self, observation: np.ndarray, env: GpuShareEnv, reason: str, detail: str) -> Verdict:
+        """The fallback's decision, for a reason found outside :meth:`decide` (e.g. the env refused it)."""
+        return self._fallback(observation, env, reason, detail)
+
+    def _fallback(self, observation: np.ndarray, env: GpuShareEnv, reason: str, detail: str) -> Verdict:
+        return Verdict(self.fallback.act(observation, env), self.fallback.name, reason, detail)

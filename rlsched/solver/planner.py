@@ -1,0 +1,493 @@
+"""The planner: per-window Goodput maximisation over layouts, placements, shares and batches.
+
+MIGRator's idea (arXiv 2407.13126): given the arrival rates expected over the next
+window(s), choose the MIG layout of every GPU and where and how every tenant runs so that
+the predicted Goodput (:mod:`rlsched.goodput`) minus what reconfiguring costs is largest.
+It is one HiGHS MILP (:class:`~rlsched.solver.milp.Milp`: arrays, status checked, one
+thread, fixed seed), built from a *value table*:
+
+- Per tenant and option (GI profile, MPS share level, batch size), the predicted Goodput
+  over the lookahead, from the performance model the simulator uses
+  (``latency_curve_ms`` / ``predict`` / ``train_step_s``):
+
+  * inference: capacity = batch / mean batch latency; a fluid approximation of the
+    dynamic batcher (:meth:`Planner.on_time_fraction`: the batch settles where its
+    throughput carries the rate, a request waits for the batch in flight, none is on time
+    beyond the largest batch's capacity) gives the fraction f answered within the SLO;
+    on-time requests x accuracy x priority weight minus the SLO penalty for the rest
+    (``goodput_terms``). The batch (the batcher's maximum) is the one of the tenant's
+    levels (up to ``max_batch``, fitting the GI's memory) with the largest value (then the
+    largest capacity).
+  * best effort: weighted progress (full-GPU seconds, SLICE-TUNE's share penalty), as the
+    simulator counts it.
+  * continual learning: the accuracy its retraining adds (Ekya's curve, inverted at the
+    served model's current accuracy) x the served tenant's requests x their weight.
+
+  A share below 100% is valued with the worst co-runner the scenario could put next to it
+  (each other tenant's model at the complementary share, iGniter's L2 interference in the
+  performance model): the MILP does not know the actual co-runners (that would make the
+  values depend on pairs of decisions), so co-location is priced pessimistically.
+- Reconfiguration: an option that is not the tenant's running placement (same GPU, same
+  GI kept by the layout, same share, MPS) restarts it: its downtime (``restart_s``, plus,
+  in a GI the layout creates, the catalog's create time and the destroy times of the
+  running GIs it overlaps) loses the value it would have earned meanwhile, and the requests
+  arriving then are charged the SLO penalty; ``weights.reconfiguration_per_s`` is added per
+  second of downtime.
+
+Variables: per GPU one layout among the maximal ones (:func:`~rlsched.hardware.enumerate_layouts`,
+the one hardware model; plus the running layout), per tenant one option (GPU, GI placement,
+share, batch). Constraints: each GI's shares sum to at most 100% and its tenants' memory
+fits it, and a GI can hold tenants only if the GPU's chosen layout contains it.
+
+On a multi-GPU node the tenants stay on the GPU they run on and each GPU is one MILP (the
+joint MILP over symmetric GPUs takes seconds); the joint MILP is used only when nothing
+runs yet.
+
+Departs from MIGRator: one configuration is held over the lookahead windows (a receding
+horizon re-planned every interval) rather than a per-window sequence; every GI runs in MPS
+mode (priority fill and time slicing are not chosen); co-location interference is priced
+with the worst co-runner; and the GI wait of a created instance is estimated from that GI
+alone (the simulator charges the GPU's whole change plan).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlsched.decision import Configuration, SharingMode, TenantPlacement
+from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, load_gpu
+from rlsched.perfmodel import CoRunner
+from rlsched.solver.milp import Milp, SolverError
+from rlsched.workloads.scenario import Scenario
+from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
+
+#: Batch a co-runner is assumed to run when valuing a shared GI (the baselines' default).
+CO_RUNNER_BATCH = 8
+#: Value per percent of share, request-equivalents: breaks ties towards larger shares (a
+#: tenant alone in a GI takes all of it) without changing any real trade-off.
+SHARE_TIE_BREAK = 1e-6
+#: HiGHS options of the planner: one thread, fixed seed (deterministic); presolve on
+#: (symmetric GPUs and GIs); the gap is relative to a Goodput of thousands per window, so
+#: 1e-4 is far below the model's own error; the time limit only guards a runaway solve.
+PLANNER_SOLVER_OPTIONS: dict[str, object] = {"presolve": "on", "mip_rel_gap": 1e-4, "time_limit": 5.0}
+
+#: Fraction of the largest batch's throughput below it at which predicted on-time service
+#: starts to fall (linearly to 0 at full load): Poisson bursts within an interval.
+OVERLOAD_MARGIN = 0.3
+
+Rates = Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class PlanOption:
+    """One way a tenant can run (a column of the MILP).
+
+    :param tenant: tenant name
+    :param gpu: GPU index
+    :param instance: the GI (None: a GPU without MIG, its whole device)
+    :param mps_pct: MPS share of the GI, percent
+    :param batch: batch size
+    :param memory_gib: memory the tenant needs at ``batch``, GiB
+    :param value: predicted Goodput over the lookahead (value table), request-equivalents
+    :param reconfiguration: predicted cost of the restart this option needs (0 when it
+        keeps the running placement), request-equivalents
+    """
+
+    tenant: str
+    gpu: int
+    instance: GpuInstance | None
+    mps_pct: float
+    batch: int
+    memory_gib: float
+    value: float
+    reconfiguration: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer.
+
+    :param configuration: the configuration to apply for the next interval
+    :param objective: predicted Goodput over the lookahead minus reconfiguration cost
+        (the MILP's optimum), request-equivalents
+    :param value: the value-table part of ``objective``
+    :param reconfiguration_cost: the reconfiguration part (``objective = value - cost``)
+    :param solve_ms: wall time of building and solving the MILP, ms
+    :param status: HiGHS model status
+    :param columns: MILP columns (size)
+    :param rows: MILP rows
+    """
+
+    configuration: Configuration
+    objective: float
+    value: float
+    reconfiguration_cost: float
+    solve_ms: float
+    status: str
+    columns: int
+    rows: int
+
+
+class Planner:
+    """MIGRator-style Goodput-maximising planner for one scenario's node.
+
+    :param scenario: tenants, GPU type and count, decision interval, Goodput weights
+    :param perf_model: the performance model (the simulator's)
+    :param memory_gib: ``(tenant name, batch) -> GiB`` (the backend's memory model)
+    """
+
+    def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float]) -> None:
+        from rlsched.envs.actions import BATCH_LEVELS, SHARE_LEVELS_PCT  # the action space's levels: one source
+
+        self.scenario = scenario
+        self.perf = perf_model
+        self.memory_gib = memory_gib
+        self.gpu = load_gpu(scenario.gpu)
+        self.interval_s = float(scenario.decision_interval_s)
+        self.share_levels = tuple(float(s) for s in SHARE_LEVELS_PCT)
+        self.batch_levels = tuple(int(b) for b in BATCH_LEVELS)
+        self.weights = scenario.weights
+        if self.gpu.mig_supported:
+            self.layouts = list(enumerate_layouts(self.gpu, maximal=True))
+        else:
+            self.layouts = [Layout(self.gpu.name, ())]
+        self._curves: dict[tuple, np.ndarray] = {}
+        self._work: dict[tuple, float] = {}
+        reference = scenario.reference
+        self._background_batch = {
+            t.name: (reference.placements[t.name].batch_size if reference and t.name in reference.placements else CO_RUNNER_BATCH)
+            for t in scenario.tenants if not isinstance(t, InferenceTenant)
+        }
+
+    # ------------------------------------------------------------------ value table
+    def _slices(self, profile: str | None) -> int | None:
+        return self.gpu.profiles[profile].compute_slices if profile else None
+
+    def _gi_memory(self, profile: str | None) -> float:
+        return self.gpu.profiles[profile].memory_gib if profile else self.gpu.memory_gib
+
+    def _co_runners(self, tenant: Tenant, mps_pct: float) -> list[tuple[CoRunner, ...]]:
+        """The co-runner sets a share below 100% is valued against (one per other model)."""
+        if mps_pct >= 100.0:
+            return [()]
+        models = sorted({t.model for t in self.scenario.tenants if t.name != tenant.name})
+        return [(CoRunner(m, CO_RUNNER_BATCH, 100.0 - mps_pct),) for m in models] or [()]
+
+    def latency_ms(self, tenant: InferenceTenant, profile: str | None, mps_pct: float) -> np.ndarray:
+        """Mean batch latency for batch 1..max_batch (index 0 = batch 1), ms: the worst over
+        the co-runners of :meth:`_co_runners`, with the tenant's tuning penalty."""
+        key = (tenant.name, profile, mps_pct)
+        if key not in self._curves:
+            curves = [np.asarray(self.perf.latency_curve_ms(self.gpu.name, tenant.model, tenant.max_batch, profile, mps_pct,
+                                                            SharingMode.MPS, co, self._slices(profile))[0], dtype=float)
+                      for co in self._co_runners(tenant, mps_pct)]
+            self._curves[key] = np.max(curves, axis=0) * tenant.tuning_latency_factor(mps_pct)
+        return self._curves[key]
+
+    def on_time_fraction(self, tenant: InferenceTenant, rate_rps: float, latency_ms: np.ndarray, max_batch: int) -> float:
+        """Predicted fraction of requests answered within the SLO at ``rate_rps`` by a
+        dynamic batcher forming batches of up to ``max_batch`` (``latency_ms[b - 1]``: mean
+        latency of a batch of b, ms).
+
+        Fluid approximation of dynamic batching: the batch settles at the smallest size b
+        whose throughput b / L(b) carries the rate; a request waits for the batch in flight
+        (uniform over [0, L(b)]) and is then served in L(b), so a fraction
+        (SLO - L(b)) / L(b) (clipped to [0, 1]) is on time. Above the largest batch's
+        throughput the FIFO backlog grows and every request ends up late (0); the last
+        :data:`OVERLOAD_MARGIN` below it lose linearly (bursts within the interval).
+        """
+        if rate_rps <= 0:
+            return 1.0 if latency_ms[0] < tenant.slo_ms else 0.0
+        sizes = np.arange(1, max_batch + 1)
+        throughput = sizes * 1000.0 / latency_ms[:max_batch]
+        carries = np.nonzero(throughput >= rate_rps)[0]
+        if carries.size == 0:
+            return 0.0
+        latency = float(latency_ms[carries[0]])
+        fraction = min(max((tenant.slo_ms - latency) / latency, 0.0), 1.0)
+        rho = rate_rps / float(throughput[-1])
+        return fraction * min(1.0, (1.0 - rho) / OVERLOAD_MARGIN)
+
+    def _inference_value(self, tenant: InferenceTenant, profile: str | None, mps_pct: float, batch: int | None,
+                         rates: Sequence[Rates], accuracy: float) -> tuple[float, int]:
+        """(value over the lookahead, batch) of one option; ``batch`` None: the best level."""
+        latency = self.latency_ms(tenant, profile, mps_pct)
+        if batch is None:
+            memory = self._gi_memory(profile)
+            levels = [b for b in self.batch_levels if b <= tenant.max_batch and self.memory_gib(tenant.name, b) <= memory + 1e-9]
+            levels = levels or [1]
+        else:
+            levels = [min(batch, tenant.max_batch)]
+        w = self.weights.priority.get(tenant.priority.value, 1.0)
+        pen = self.weights.slo_penalty
+        best: tuple[float, float, int] | None = None
+        for b in levels:
+            f = [self.on_time_fraction(tenant, r[tenant.name], latency, b) for r in rates]
+            value = sum(w * r[tenant.name] * self.interval_s * ((accuracy + pen) * fk - pen) for r, fk in zip(rates, f, strict=True))
+            key = (value, b * 1000.0 / float(latency[b - 1]), b)
+            if best is None or key[:2] > best[:2]:
+                best = key
+        assert best is not None
+        return best[0] + SHARE_TIE_BREAK * mps_pct, best[2]
+
+    def _work_rate(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int) -> float:
+        """Best effort: full-GPU seconds of progress per second; CL: samples per second
+        (the simulator's formulas; worst co-runner below 100%)."""
+        key = (tenant.name, profile, mps_pct, batch)
+        if key not in self._work:
+            rates = []
+            for co in self._co_runners(tenant, mps_pct):
+                if isinstance(tenant, ContinualLearningJob):
+                    step_s = self.perf.train_step_s(self.gpu.name, tenant.model, batch, profile, mps_pct, co)
+                    rates.append(batch / step_s if step_s > 0 else 0.0)
+                else:
+                    pred = self.perf.predict(self.gpu.name, tenant.model, batch, profile, mps_pct, SharingMode.MPS, co, self._slices(profile))
+                    solo = self.perf.predict(self.gpu.name, tenant.model, batch)
+                    factor = tenant.tuning_throughput_factor(mps_pct) if isinstance(tenant, BestEffortJob) else 1.0
+                    rates.append(pred.throughput_per_s / solo.throughput_per_s * factor if solo.throughput_per_s > 0 else 0.0)
+            self._work[key] = float(min(rates))
+        return self._work[key]
+
+    def _background_value(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int,
+                          rates: Sequence[Rates], accuracy: Mapping[str, float]) -> float:
+        rate = self._work_rate(tenant, profile, mps_pct, batch)
+        horizon_s = self.interval_s * len(rates)
+        if isinstance(tenant, BestEffortJob):
+            value = self.weights.best_effort * tenant.work_weight * rate * horizon_s
+        else:
+            assert isinstance(tenant, ContinualLearningJob)
+            served = self.scenario.tenant(tenant.serves)
+            c = tenant.curve
+            acc0 = accuracy.get(tenant.serves, c.accuracy(tenant.units_after_drift))
+            gap = 1.0 - c.b2 - acc0
+            # Ekya's curve inverted at the served model's accuracy: the units retrained so far.
+            units0 = max(0.0, (1.0 / gap - c.b1) / c.b0) if gap > 0 else math.inf
+            per_window = rate * self.interval_s / tenant.samples_per_unit
+            w = self.weights.priority.get(served.priority.value, 1.0)
+            value = 0.0
+            if math.isfinite(units0):
+                for k, r in enumerate(rates):  # the gain persists; mid-window accuracy
+                    value += w * r.get(tenant.serves, 0.0) * self.interval_s * (c.accuracy(units0 + per_window * (k + 0.5)) - c.accuracy(units0))
+        return value + SHARE_TIE_BREAK * mps_pct
+
+    def option_value(self, tenant: Tenant, profile: str | None, mps_pct: float, rates: Sequence[Rates],
+                     accuracy: Mapping[str, float], batch: int | None = None) -> tuple[float, int]:
+        """(predicted Goodput over the lookahead, batch) of running ``tenant`` alone-equivalent
+        in a GI of ``profile`` at ``mps_pct``; ``batch`` None picks the best batch level."""
+        if isinstance(tenant, InferenceTenant):
+            return self._inference_value(tenant, profile, mps_pct, batch, rates, accuracy.get(tenant.name, tenant.accuracy))
+        b = self._background_batch[tenant.name] if batch is None else batch
+        return self._background_value(tenant, profile, mps_pct, b, rates, accuracy), b
+
+    def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates]) -> float:
+        """What ``downtime_s`` of restart costs an option worth ``value`` over the lookahead:
+        the value it would have earned meanwhile, plus the SLO penalty of the requests that
+        arrive then, plus ``reconfiguration_per_s`` per second."""
+        loss = self.weights.reconfiguration_per_s * downtime_s
+        per_window = value / len(rates)
+        for k, r in enumerate(rates):
+            overlap = min(max(downtime_s - k * self.interval_s, 0.0), self.interval_s) / self.interval_s
+            if overlap <= 0:
+                break
+            down = 0.0
+            if isinstance(tenant, InferenceTenant):
+                down = -self.weights.priority.get(tenant.priority.value, 1.0) * self.weights.slo_penalty * r[tenant.name] * self.interval_s
+            loss += overlap * max(per_window - down, 0.0)
+        return loss
+
+    # ------------------------------------------------------------------ options
+    def _running(self, current: Configuration | None, name: str) -> tuple[int, GpuInstance | None, float] | None:
+        """(GPU, GI, share) of a tenant's running MPS placement, or None (restarts anyway)."""
+        if current is None or name not in current.placements:
+            return None
+        p = current.placements[name]
+        if current.modes[p.gpu_index][p.instance_index] != SharingMode.MPS:
+            return None
+        layout = current.layouts[p.gpu_index]
+        gi = layout.instances[p.instance_index] if len(layout) else None
+        return p.gpu_index, gi, float(p.mps_pct)
+
+    def _gi_wait_s(self, current: Configuration | None, g: int, gi: GpuInstance | None) -> float:
+        """Seconds a tenant waits for ``gi`` on GPU g before restarting in it: 0 if the running
+        layout has it, else its create time plus the destroy times of running GIs it overlaps."""
+        if gi is None or current is None:
+            return 0.0
+        running = current.layouts[g].instances
+        if gi in running:
+            return 0.0
+        spec = self.gpu.profiles[gi.profile]
+        lo, hi = gi.start, gi.start + spec.memory_slices
+        wait = spec.create_s
+        for other in running:
+            o = self.gpu.profiles[other.profile]
+            if other.start < hi and lo < other.start + o.memory_slices:
+                wait += o.destroy_s
+        return wait
+
+    def _reconfiguration(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None,
+                         mps_pct: float, value: float, rates: Sequence[Rates]) -> float:
+        running = self._running(current, tenant.name)
+        if running is not None and running == (g, gi, mps_pct) and (gi is None or gi in current.layouts[g].instances):  # type: ignore[union-attr]
+            return 0.0
+        if current is not None and tenant.name not in current.placements:
+            return self.restart_loss(tenant, tenant.restart_s, value, rates)
+        downtime = tenant.restart_s + self._gi_wait_s(current, g, gi)
+        return self.restart_loss(tenant, downtime, value, rates)
+
+    def _layouts_for(self, current: Configuration | None, g: int) -> list[Layout]:
+        layouts = list(self.layouts)
+        if current is not None and self.gpu.mig_supported and current.layouts[g] not in layouts and len(current.layouts[g]):
+            layouts.append(current.layouts[g])
+        return layouts
+
+    def options(self, rates: Sequence[Rates], current: Configuration | None, accuracy: Mapping[str, float],
+                gpus_of: Mapping[str, Sequence[int]] | None = None) -> list[PlanOption]:
+        """Every column of the MILP: per tenant, GPU and GI placement, the share levels that
+        add value over the smaller ones (plus 100% and the running share), each at its best batch."""
+        placements = sorted({gi for layout in self.layouts for gi in layout.instances}) if self.gpu.mig_supported else [None]
+        if current is not None and self.gpu.mig_supported:
+            placements = sorted(set(placements) | {gi for layout in current.layouts for gi in layout.instances})
+        options: list[PlanOption] = []
+        for t in self.scenario.tenants:
+            if gpus_of is not None and t.name not in gpus_of:
+                continue
+            allowed = range(self.scenario.gpu_count) if gpus_of is None else gpus_of[t.name]
+            running = self._running(current, t.name)
+            for profile in sorted({gi.profile if gi else None for gi in placements}, key=lambda p: (p is None, p or "")):
+                table = []
+                shares = set(self.share_levels) | ({running[2]} if running else set())
+                best = -math.inf
+                for share in sorted(shares):
+                    value, batch = self.option_value(t, profile, share, rates, accuracy)
+                    memory = self.memory_gib(t.name, batch)
+                    if memory > self._gi_memory(profile) + 1e-9:
+                        continue
+                    useful = value > best + 2 * SHARE_TIE_BREAK * 100.0 or share == 100.0 or share == self.share_levels[0]
+                    best = max(best, value)
+                    table.append((share, value, batch, memory, useful))
+                for g in allowed:
+                    for gi in placements:
+                        if (gi.profile if gi else None) != profile:
+                            continue
+                        for share, value, batch, memory, useful in table:
+                            keeps = running is not None and running == (g, gi, share)
+                            if not (useful or keeps):
+                                continue
+                            cost = self._reconfiguration(t, current, g, gi, share, value, rates)
+                            options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost))
+        return options
+
+    # ------------------------------------------------------------------ the MILP
+    def forecast(self, rates: Rates | Sequence[Rates], backlog: Mapping[str, float] | None = None) -> list[dict[str, float]]:
+        """Per lookahead window, the rate each inference tenant must be served at: the
+        arrival rate, plus, in the first window, its queued requests spread over it."""
+        windows = [dict(rates)] if isinstance(rates, Mapping) else [dict(r) for r in rates]
+        for name, queued in (backlog or {}).items():
+            if name in windows[0]:
+                windows[0][name] += queued / self.interval_s
+        return windows
+
+    def plan(self, rates: Rates | Sequence[Rates], current: Configuration | None = None,
+             accuracy: Mapping[str, float] | None = None) -> Plan:
+        """The configuration maximising predicted Goodput over the lookahead minus the cost
+        of getting there from ``current``.
+
+        :param rates: per inference tenant, the rate to serve over the next interval,
+            requests/s; or a sequence of such maps, one per lookahead window (see
+            :meth:`forecast` to add queued requests)
+        :param current: the running configuration (None: nothing deployed, no restart is
+            charged beyond each tenant's start)
+        :param accuracy: per inference tenant, its serving model's current accuracy
+            (default: the tenant's ``accuracy``)
+        """
+        started = time.perf_counter()
+        windows = [rates] if isinstance(rates, Mapping) else list(rates)
+        accuracy = dict(accuracy or {})
+        G = self.scenario.gpu_count
+        if G == 1 or current is None:
+            groups = [({t.name: tuple(range(G)) for t in self.scenario.tenants}, tuple(range(G)))]
+        else:
+            # Tenants stay on their running GPU: the node decomposes into one small MILP per
+            # GPU (the joint MILP over 8 symmetric GPUs does not solve within seconds).
+            groups = [({n: (g,) for n, p in current.placements.items() if p.gpu_index == g}, (g,)) for g in range(G)]
+            unplaced = [t.name for t in self.scenario.tenants if t.name not in current.placements]
+            for k, name in enumerate(unplaced):
+                groups[k % G][0][name] = (k % G,)
+        layouts: list[Layout | None] = [None] * G
+        placements: dict[str, TenantPlacement] = {}
+        value = cost = 0.0
+        columns = rows = 0
+        statuses = []
+        for gpus_of, gpus in groups:
+            chosen, placed, v, c, milp, status = self._solve(windows, current, accuracy, gpus_of, gpus)
+            for g, layout in chosen.items():
+                layouts[g] = layout
+            placements.update(placed)
+            value, cost = value + v, cost + c
+            columns, rows = columns + milp.num_columns, rows + milp.num_rows
+            statuses.append(status)
+        chosen_layouts = tuple(layout for layout in layouts if layout is not None)
+        assert len(chosen_layouts) == G
+        modes = tuple((SharingMode.MPS,) * (len(layout) if self.gpu.mig_supported else 1) for layout in chosen_layouts)
+        config = Configuration(chosen_layouts, modes, {t.name: placements[t.name] for t in self.scenario.tenants})
+        status = next((s_ for s_ in statuses if s_ != "kOptimal"), "kOptimal")
+        return Plan(config, value - cost, value, cost, (time.perf_counter() - started) * 1e3, status, columns, rows)
+
+    def _solve(self, windows: list[dict[str, float]], current: Configuration | None, accuracy: Mapping[str, float],
+               gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int]
+               ) -> tuple[dict[int, Layout], dict[str, TenantPlacement], float, float, Milp, str]:
+        """One MILP over ``gpus`` and the tenants of ``gpus_of`` (allowed GPUs per tenant)."""
+        options = self.options(windows, current, accuracy, gpus_of)
+        milp = Milp()
+        x = [milp.add_binary(-(o.value - o.reconfiguration)) for o in options]
+        layouts = {g: self._layouts_for(current, g) for g in gpus}
+        y = {g: [milp.add_binary(0.0) for _ in layouts[g]] for g in gpus}
+        for g in gpus:
+            milp.add_row(y[g], [1.0] * len(y[g]), 1.0, 1.0)
+        by_tenant: dict[str, list[int]] = {name: [] for name in gpus_of}
+        by_gi: dict[tuple[int, GpuInstance | None], list[int]] = {}
+        for j, o in enumerate(options):
+            by_tenant[o.tenant].append(x[j])
+            by_gi.setdefault((o.gpu, o.instance), []).append(j)
+        for name, cols in by_tenant.items():
+            milp.add_row(cols, [1.0] * len(cols), 1.0, 1.0)
+        for (g, gi), js in by_gi.items():
+            holders = [y[g][k] for k, layout in enumerate(layouts[g]) if gi is None or gi in layout.instances]
+            # Shares <= 100% of the GI, and only if the chosen layout has it (u = sum y).
+            milp.add_row([x[j] for j in js] + holders, [options[j].mps_pct / 100.0 for j in js] + [-1.0] * len(holders), upper=1e-9)
+            memory = self._gi_memory(gi.profile if gi else None)
+            milp.add_row([x[j] for j in js] + holders, [options[j].memory_gib for j in js] + [-memory] * len(holders), upper=1e-9)
+        solution = milp.solve(PLANNER_SOLVER_OPTIONS)
+        if not solution.feasible:
+            raise SolverError(f"planner MILP infeasible ({solution.status}): the tenants' memory cannot be placed")
+        chosen = {g: layouts[g][int(np.argmax([solution.values[c] for c in y[g]]))] for g in gpus}
+        placements: dict[str, TenantPlacement] = {}
+        value = cost = 0.0
+        for j, o in enumerate(options):
+            if solution.values[x[j]] > 0.5:
+                index = chosen[o.gpu].instances.index(o.instance) if o.instance is not None else 0
+                placements[o.tenant] = TenantPlacement(o.gpu, index, o.mps_pct, o.batch)
+                value += o.value
+                cost += o.reconfiguration
+        return chosen, placements, value, cost, milp, solution.status
+
+    def evaluate(self, configuration: Configuration, rates: Rates | Sequence[Rates], current: Configuration | None = None,
+                 accuracy: Mapping[str, float] | None = None) -> tuple[float, float]:
+        """(value-table sum, reconfiguration cost) of a configuration under the planner's
+        model: the planner's objective of that configuration is their difference."""
+        windows = [rates] if isinstance(rates, Mapping) else list(rates)
+        accuracy = dict(accuracy or {})
+        value = cost = 0.0
+        for t in self.scenario.tenants:
+            p = configuration.placements[t.name]
+            layout = configuration.layouts[p.gpu_index]
+            gi = layout.instances[p.instance_index] if len(layout) else None
+            v, _ = self.option_value(t, gi.profile if gi else None, float(p.mps_pct), windows, accuracy, p.batch_size)
+            value += v
+            cost += self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), v, windows)
+        return value, cost

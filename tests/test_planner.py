@@ -1,0 +1,115 @@
+"""The planner MILP: valid plans, honest objective, monotone in rate, reconfiguration-aware,
+deterministic; and the oracle built on it stays an upper bound of the other policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.solver.planner import Planner
+
+TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
+
+
+@pytest.fixture(scope="module")
+def default_env() -> GpuShareEnv:
+    env = GpuShareEnv("default")
+    env.reset(seed=0)
+    return env
+
+
+@pytest.fixture(scope="module")
+def planner(default_env) -> Planner:
+    return Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
+
+
+RATES = [{"resnet": 500.0, "vgg": 100.0, "bert": 300.0, "alexnet": 200.0}, {"resnet": 800.0, "vgg": 40.0, "bert": 100.0, "alexnet": 500.0}]
+
+
+@pytest.mark.parametrize("rates", RATES)
+@pytest.mark.parametrize("from_reference", [True, False])
+def test_plan_is_valid_and_its_objective_is_the_value_table_sum(default_env, planner, rates, from_reference):
+    current = default_env.scenario.reference if from_reference else None
+    plan = planner.plan(rates, current)
+    config = plan.configuration
+    assert plan.status == "kOptimal"
+    assert config.problems(default_env.tenant_names) == []
+    # Memory and shares per GI hold (the simulator would flag out-of-memory otherwise).
+    for g, layout in enumerate(config.layouts):
+        for i, gi in enumerate(layout.instances):
+            members = config.tenants_in(g, i)
+            assert sum(config.placements[n].mps_pct for n in members) <= 100.0 + 1e-9
+            need = sum(default_env.backend.memory_gib(n, config.placements[n].batch_size) for n in members)
+            assert need <= planner.gpu.profiles[gi.profile].memory_gib + 1e-9
+    value, cost = planner.evaluate(config, rates, current)
+    assert plan.value == pytest.approx(value, rel=1e-9, abs=1e-6)
+    assert plan.reconfiguration_cost == pytest.approx(cost, rel=1e-9, abs=1e-6)
+    assert plan.objective == pytest.approx(value - cost, rel=1e-9, abs=1e-6)
+    # The env executes it as is: no repair needed.
+    default_env.reset(seed=0)
+    _, _, _, _, info = default_env.step_configuration(config)
+    assert not info["repaired"]
+
+
+def _capacity(planner: Planner, plan, name: str) -> float:
+    """Largest throughput (requests/s) the plan's GI, share and batch give a tenant."""
+    config = plan.configuration
+    p = config.placements[name]
+    gi = config.layouts[p.gpu_index].instances[p.instance_index]
+    t = planner.scenario.tenant(name)
+    latency = planner.latency_ms(t, gi.profile, p.mps_pct)
+    return max(b * 1000.0 / latency[b - 1] for b in range(1, min(p.batch_size, t.max_batch) + 1))
+
+
+@pytest.mark.parametrize("name", ["resnet", "bert"])
+def test_more_rate_never_gives_a_tenant_less_capacity(planner, name):
+    # Capacity beyond the rate is worth nothing to the planner (ties at low rates go any
+    # way), so what must not shrink is the capacity the tenant can use: min(capacity, rate).
+    # Up to 600 req/s: beyond, serving bert would take resnet's (twice as valuable) GPU and
+    # the planner rightly gives bert up (overloaded FIFO: nothing on time either way).
+    base = dict(RATES[0])
+    previous = 0.0
+    for rate in (50.0, 200.0, 400.0, 600.0):
+        plan = planner.plan({**base, name: rate}, None)
+        usable = min(_capacity(planner, plan, name), rate)
+        assert usable >= previous - 1e-6, (rate, usable, previous)
+        previous = usable
+
+
+def test_reconfiguration_cost_keeps_the_running_layout_when_the_gain_is_small(default_env, planner):
+    reference = default_env.scenario.reference
+    rates = RATES[0]  # bert at 300 req/s: a 3g would serve it better than its 2g
+    kept = planner.plan(rates, reference)
+    assert kept.configuration.layouts == reference.layouts
+    assert kept.reconfiguration_cost == 0.0
+    # Without a running configuration to protect, the same rates choose another layout
+    # worth more: the restart cost is what kept the running one.
+    free = planner.plan(rates, None)
+    assert free.configuration.layouts != reference.layouts
+    gain = planner.evaluate(free.configuration, rates, reference)[0] - kept.value
+    assert 0 < gain < planner.evaluate(free.configuration, rates, reference)[1]
+    # A large gain (resnet at 800 req/s cannot be served in its 2g) does reconfigure.
+    moved = planner.plan(RATES[1], reference)
+    assert moved.configuration.layouts != reference.layouts and moved.reconfiguration_cost > 0
+
+
+def test_planner_is_deterministic(default_env, planner):
+    rates = [RATES[0], RATES[1]]
+    again = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
+    first = planner.plan(rates, default_env.scenario.reference)
+    second = again.plan(rates, default_env.scenario.reference)
+    assert first.configuration == second.configuration and first.objective == second.objective
+
+
+def test_oracle_reports_the_planner_with_true_rates_and_beats_every_policy_on_a_short_episode():
+    from rlsched.agents.baselines import POLICIES
+    from rlsched.agents.evaluation import evaluate
+
+    result, _ = evaluate(TINY, list(POLICIES), episodes=1, seed=0, progress=False)
+    goodput = {name: m["goodput"] for name, m in result["policies"].items()}
+    assert all(goodput["oracle"] >= g - 1e-6 for g in goodput.values()), goodput
+    report = result["reports"]["oracle"][0]
+    assert set(report) >= {"planner_objective", "portfolio_objective", "planner_won"}
+    assert goodput["oracle"] == pytest.approx(max(report["planner_objective"], report["portfolio_objective"]))
