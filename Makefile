@@ -23,6 +23,8 @@ demo: install
 	$(BIN)/rlsched layouts --gpu a100-40gb --maximal
 	$(BIN)/rlsched validate-layout --gpu a100-40gb 3g.20gb@0,2g.10gb@4,1g.5gb@6
 	$(BIN)/rlsched simulate --scenario default --duration-s 600
+	$(BIN)/rlsched eval --scenario default --policies ppo,all --episodes 1 --seed 0 --json demo-eval.json --plot demo-eval.png
+	@echo "plot of each policy's layout timeline and Goodput: demo-eval.png"
 
 test: install
 	$(BIN)/python -m pytest -q
