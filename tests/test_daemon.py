@@ -399,3 +399,19 @@ def test_deployment_files_are_valid_and_keep_their_promises():
     assert config["state"] == "/var/lib/rlsched/state.json" and config["backend"] == "nvml"
     unit = (root / "rlsched.service").read_text()
     assert "ExecStart=" in unit and "rlsched serve" in unit and "--state" in unit
+
+
+def test_nvml_telemetry_reads_per_instance_memory_from_the_fake():
+    from rlsched.daemon.fake_nvml import FakeNvml
+    from rlsched.daemon.sources import NvmlTelemetry
+
+    fake = FakeNvml(["a100-40gb"], layouts=["3g@0,2g@4,1g@6"])
+    fake.nvmlInit()
+    fake.set_memory_used(0, 4, 3 * 2**30)
+    samples = {s.gi_id: s for s in NvmlTelemetry(fake).read(gpu_count=1)}
+    assert len(samples) == 3  # one MIG device per GI
+    totals = sorted(s.memory_total_bytes for s in samples.values())
+    assert totals == [5 * 2**30, 10 * 2**30, 20 * 2**30]  # the catalog's GI memory
+    used = {s.memory_total_bytes: s.memory_used_bytes for s in samples.values()}
+    assert used[10 * 2**30] == 3 * 2**30 and used[5 * 2**30] == 0
+    assert all(s.gr_engine_active is None for s in samples.values())  # the fake has no GPM: skipped, not faked

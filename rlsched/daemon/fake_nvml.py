@@ -86,6 +86,7 @@ class _FakeGi:
     token: int
     cis: dict[int, _FakeCi] = field(default_factory=dict)
     leaked_in_use: int = 0
+    memory_used_bytes: int = 0
 
 
 @dataclass
@@ -189,6 +190,10 @@ class FakeNvml:
             for gi in gpu.gis.values():
                 for ci in gi.cis.values():
                     ci.processes.discard(pid)
+
+    def set_memory_used(self, gpu_index: int, start: int, used_bytes: int) -> None:
+        """Set the device memory in use on the GI starting at memory slot ``start``, bytes."""
+        self._gi_at(gpu_index, start).memory_used_bytes = used_bytes
 
     def leak_handle(self, gpu_index: int, start: int, times: int) -> None:
         """Make the next ``times`` destroys of the GI at ``start`` fail with IN_USE (leaked DCGM handles)."""
@@ -574,6 +579,22 @@ class FakeNvml:
         self._call("nvmlDeviceGetGpuInstanceId")()
         ci = self._mig_entry(device)
         return next(gi.gi_id for gpu in self.gpus for gi in gpu.gis.values() if ci in gi.cis.values())
+
+    def nvmlDeviceGetMemoryInfo(self, device: Any) -> Any:
+        # Per-instance memory info is supported in MIG mode (gpu-facts.md 3): a MIG device
+        # handle reports its GI's memory, a whole-GPU handle the GPU's.
+        self._call("nvmlDeviceGetMemoryInfo")()
+        info = pynvml.c_nvmlMemory_t()
+        obj = self._objects.get(self._address(device, pynvml.c_nvmlDevice_t))
+        if isinstance(obj, tuple):
+            ci = self._mig_entry(device)
+            gi = next(gi for gpu in self.gpus for gi in gpu.gis.values() if ci in gi.cis.values())
+            total, used = int(gi.profile.memory_gib * 2**30), gi.memory_used_bytes
+        else:
+            gpu = self._device(device, need_mig=False)
+            total, used = int(gpu.spec.memory_gib * 2**30), sum(gi.memory_used_bytes for gi in gpu.gis.values())
+        info.total, info.used, info.free = total, used, total - used
+        return info
 
     def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
         self._call("nvmlDeviceGetComputeInstanceId")()
