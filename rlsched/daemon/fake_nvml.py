@@ -580,18 +580,18 @@ class FakeNvml:
         ci = self._mig_entry(device)
         return next(gi.gi_id for gpu in self.gpus for gi in gpu.gis.values() if ci in gi.cis.values())
 
-    def nvmlDeviceGetMemoryInfo(self, device: Any) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> Any:
         # Per-instance memory info is supported in MIG mode (gpu-facts.md 3): a MIG device
         # handle reports its GI's memory, a whole-GPU handle the GPU's.
         self._call("nvmlDeviceGetMemoryInfo")()
-        info = pynvml.c_nvmlMemory_t()
-        obj = self._objects.get(self._address(device, pynvml.c_nvmlDevice_t))
+        info = pynvml.c_nvmlMemory_t()  # version=None: the v1 struct (total, free, used)
+        obj = self._objects.get(self._address(handle, pynvml.c_nvmlDevice_t))
         if isinstance(obj, tuple):
-            ci = self._mig_entry(device)
+            ci = self._mig_entry(handle)
             gi = next(gi for gpu in self.gpus for gi in gpu.gis.values() if ci in gi.cis.values())
             total, used = int(gi.profile.memory_gib * 2**30), gi.memory_used_bytes
         else:
-            gpu = self._device(device, need_mig=False)
+            gpu = self._device(handle, need_mig=False)
             total, used = int(gpu.spec.memory_gib * 2**30), sum(gi.memory_used_bytes for gi in gpu.gis.values())
         info.total, info.used, info.free = total, used, total - used
         return info
