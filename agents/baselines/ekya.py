@@ -9,6 +9,7 @@ import numpy as np
 from rlsched.agents.baselines.base import CapacityModel, Policy, arrival_rates_rps, equal_shares, one_gi_per_gpu, reference_batch, whole_device_profile
 from rlsched.decision import Configuration, SharingMode
 from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.goodput import goodput_terms
 from rlsched.simulator.perf import CoRunner
 from rlsched.workloads.tenants import ContinualLearningJob
 
@@ -90,7 +91,7 @@ class Ekya(Policy):
             group = next(g for g in self.groups if t.name in g)
             others = tuple(CoRunner(env.scenario.tenant(o).model, reference_batch(env, env.scenario.tenant(o)), shares[o]) for o in group if o != t.name)
             served = min(rates[t.name], self.model.capacity(t, self.profile, shares[t.name], SharingMode.MPS, others)[0])
-            total += env.scenario.weights.priority.get(t.priority.value, 1.0) * served * accuracy.get(t.name, t.accuracy)
+            total += goodput_terms(env.scenario.weights, t.priority.value, served, accuracy.get(t.name, t.accuracy)).goodput
         return total
 
     def thief(self, env: GpuShareEnv, rates: dict[str, float]) -> dict[str, float]:

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsched.decision import Configuration, SharingMode, TenantPlacement
+from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, load_gpu
 from rlsched.perfmodel import CoRunner
 from rlsched.solver.milp import Milp, SolverError
@@ -223,12 +224,13 @@ class Planner:
             levels = levels or [1]
         else:
             levels = [min(batch, tenant.max_batch)]
-        w = self.weights.priority.get(tenant.priority.value, 1.0)
-        pen = self.weights.slo_penalty
         best: tuple[float, float, int] | None = None
         for b in levels:
-            f = [self.on_time_fraction(tenant, r[tenant.name], latency, b) for r in rates]
-            value = sum(w * r[tenant.name] * self.interval_s * ((accuracy + pen) * fk - pen) for r, fk in zip(rates, f, strict=True))
+            value = 0.0
+            for r in rates:
+                requests = r[tenant.name] * self.interval_s
+                on_time = requests * self.on_time_fraction(tenant, r[tenant.name], latency, b)
+                value += goodput_terms(self.weights, tenant.priority.value, on_time, accuracy, violated=requests - on_time).total
             key = (value, b * 1000.0 / float(latency[b - 1]), b)
             if best is None or key[:2] > best[:2]:
                 best = key
@@ -258,7 +260,7 @@ class Planner:
         rate = self._work_rate(tenant, profile, mps_pct, batch)
         horizon_s = self.interval_s * len(rates)
         if isinstance(tenant, BestEffortJob):
-            value = self.weights.best_effort * tenant.work_weight * rate * horizon_s
+            value = goodput_terms(self.weights, tenant.priority.value, best_effort_progress_s=tenant.work_weight * rate * horizon_s).total
         else:
             assert isinstance(tenant, ContinualLearningJob)
             served = self.scenario.tenant(tenant.serves)
@@ -268,11 +270,11 @@ class Planner:
             # Ekya's curve inverted at the served model's accuracy: the units retrained so far.
             units0 = max(0.0, (1.0 / gap - c.b1) / c.b0) if gap > 0 else math.inf
             per_window = rate * self.interval_s / tenant.samples_per_unit
-            w = self.weights.priority.get(served.priority.value, 1.0)
             value = 0.0
             if math.isfinite(units0):
                 for k, r in enumerate(rates):  # the gain persists; mid-window accuracy
-                    value += w * r.get(tenant.serves, 0.0) * self.interval_s * (c.accuracy(units0 + per_window * (k + 0.5)) - c.accuracy(units0))
+                    gain = c.accuracy(units0 + per_window * (k + 0.5)) - c.accuracy(units0)
+                    value += goodput_terms(self.weights, served.priority.value, r.get(tenant.serves, 0.0) * self.interval_s, gain).goodput
         return value + SHARE_TIE_BREAK * mps_pct
 
     def option_value(self, tenant: Tenant, profile: str | None, mps_pct: float, rates: Sequence[Rates],
@@ -288,15 +290,15 @@ class Planner:
         """What ``downtime_s`` of restart costs an option worth ``value`` over the lookahead:
         the value it would have earned meanwhile, plus the SLO penalty of the requests that
         arrive then, plus ``reconfiguration_per_s`` per second."""
-        loss = self.weights.reconfiguration_per_s * downtime_s
+        loss = goodput_terms(self.weights, tenant.priority.value, downtime_s=downtime_s).reconfiguration_cost
         per_window = value / len(rates)
         for k, r in enumerate(rates):
             overlap = min(max(downtime_s - k * self.interval_s, 0.0), self.interval_s) / self.interval_s
             if overlap <= 0:
                 break
             down = 0.0
-            if isinstance(tenant, InferenceTenant):
-                down = -self.weights.priority.get(tenant.priority.value, 1.0) * self.weights.slo_penalty * r[tenant.name] * self.interval_s
+            if isinstance(tenant, InferenceTenant):  # every request arriving while down is dropped
+                down = goodput_terms(self.weights, tenant.priority.value, dropped=r[tenant.name] * self.interval_s).total
             loss += overlap * max(per_window - down, 0.0)
         return loss
 
