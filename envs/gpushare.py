@@ -71,7 +71,7 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self.scenario = resolve_scenario(scenario)
         self.backend = make_backend(backend, self.scenario, perf_model, backend_options)
         self.codec = ActionCodec(self.scenario, self.backend.memory_gib)
-        self.encoder = ObservationEncoder(self.scenario, self.backend.memory_gib)
+        self.encoder = ObservationEncoder(self.scenario, self.backend.memory_gib, self._whole_gpu_capacity_rps)
         self.action_space = self.codec.space
         self.observation_space = self.encoder.space
         self.repair_weights = repair_weights
@@ -85,6 +85,12 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self._repair_cache: dict[tuple, tuple[RepairResult, bool]] = {}
         self._gpu_reconfiguration_s: tuple[float, ...] = (0.0,) * self.scenario.gpu_count
         self._check_every_action_is_executable()
+
+    def _whole_gpu_capacity_rps(self, tenant_name: str) -> float:
+        """Requests/s the whole GPU (no MIG) serves for an inference tenant at its ``max_batch``
+        (the performance model's prediction: the scale of the ``load`` observations)."""
+        tenant = next(t for t in self.scenario.tenants if t.name == tenant_name)
+        return float(self.backend.perf_model.predict(self.scenario.gpu, tenant.model, tenant.max_batch).throughput_per_s)
 
     def _check_every_action_is_executable(self) -> None:
         """Memory is the one hard limit the repair cannot trade away; at batch 1 every
@@ -133,14 +139,18 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
     def step_requests(self, requests: Mapping[str, TenantRequest]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Like :meth:`step`, for a policy that states exact per-tenant requests (compute
         slices, memory, GPU, mode, share, batch) instead of action levels."""
+        started = self.clock()
+        result, fallback = self.repair_requests(requests)
+        decision_ms = (self.clock() - started) * 1e3
+        return self._run(result, fallback or result.distance > EXACT_DISTANCE, fallback, decision_ms, {"clamped": {}})
+
+    def repair_requests(self, requests: Mapping[str, TenantRequest]) -> tuple[RepairResult, bool]:
+        """The repair of exact per-tenant requests from the running configuration (what
+        :meth:`step_requests` runs; deterministic and cached), and whether it fell back."""
         missing = [n for n in self.tenant_names if n not in requests]
         if missing:
             raise ConfigError("policy output", "requests", missing[0], "every tenant needs a request")
-        started = self.clock()
-        problem = RepairProblem((self.scenario.gpu,) * self.scenario.gpu_count, {n: requests[n] for n in self.tenant_names})
-        result, fallback = self._repair(problem)
-        decision_ms = (self.clock() - started) * 1e3
-        return self._run(result, fallback or result.distance > EXACT_DISTANCE, fallback, decision_ms, {"clamped": {}})
+        return self._repair(RepairProblem((self.scenario.gpu,) * self.scenario.gpu_count, {n: requests[n] for n in self.tenant_names}))
 
     def step_configuration(self, configuration: Configuration) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Like :meth:`step`, for a policy that asks for an exact configuration (a baseline).

@@ -7,6 +7,7 @@ vector fits a ``Box(0, 1)`` whatever the load (NaN, e.g. no request completed, r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -32,12 +33,13 @@ TENANT_FEATURES: tuple[str, ...] = (
     "accuracy", "progress", "kind_inference", "kind_continual_learning", "kind_best_effort",
     "priority_high", "priority_normal", "priority_low", "slo",
     "placed_gpu", "instance_slices", "mps_share", "batch_size", "mode_mps", "mode_time_slice", "mode_priority_fill",
+    "load", "load_ewma",
 )
 #: Features whose clipped top reads "this much or worse" by design: p99 at four times the SLO
 #: and p99 at forty times both read 1; a full queue (the batch in service counted too) reads
-#: 1. Training on overloaded scenarios sees that often, so a raw value above the Box is still
+#: 1; a load beyond what the whole GPU serves reads 1. Training on overloaded scenarios sees that often, so a raw value above the Box is still
 #: inside what the policy was trained on.
-SATURATING_FEATURES: frozenset[str] = frozenset({"p99_over_slo", "queue_length"})
+SATURATING_FEATURES: frozenset[str] = frozenset({"p99_over_slo", "queue_length", "load", "load_ewma"})
 GPU_FEATURES: tuple[str, ...] = ("compute_slices_used", "instances", "tenants", "memory_used", "reconfiguration")
 
 
@@ -46,11 +48,17 @@ class ObservationEncoder:
 
     :param scenario: the node and its tenants
     :param memory_gib: ``(tenant, batch) -> GiB`` the tenant needs (for the GPUs' memory use)
+    :param capacity_rps: ``tenant -> requests/s`` one whole GPU serves for it (the
+        ``load`` features divide arrival rates by it; None: they read 0)
     """
 
-    def __init__(self, scenario: Scenario, memory_gib: Callable[[str, int], float]) -> None:
+    def __init__(self, scenario: Scenario, memory_gib: Callable[[str, int], float], capacity_rps: Callable[[str], float] | None = None) -> None:
         self.scenario = scenario
         self.memory_gib = memory_gib
+        # The rate features are relative to the tenant's own long-run mean, which hides how
+        # heavy the load is; the load features say it in whole GPUs (what the planner
+        # decides from: absolute rates against the capacity of each slice).
+        self.capacity_rps = {t.name: capacity_rps(t.name) for t in scenario.tenants if isinstance(t, InferenceTenant)} if capacity_rps else {}
         self.gpu = load_gpu(scenario.gpu)
         self.tenants = list(scenario.tenants)
         self.size = len(self.tenants) * len(TENANT_FEATURES) + scenario.gpu_count * len(GPU_FEATURES) + 1
@@ -101,6 +109,9 @@ class ObservationEncoder:
                 row[4] = m.get("slo_attainment", 1.0)
                 row[5] = m.get("utilization", 0.0)
                 row[14] = t.slo_ms / SLO_SCALE_MS
+                capacity = self.capacity_rps.get(t.name, math.inf)
+                row[22] = m.get("arrival_rate_rps", 0.0) / capacity
+                row[23] = m.get("arrival_rate_ewma_rps", 0.0) / capacity
             elif isinstance(t, ContinualLearningJob):
                 # Progress in retraining units per interval: one unit per interval reads 1.
                 row[7] = m.get("progress", 0.0) / t.samples_per_unit

@@ -219,3 +219,23 @@ def test_policy_outputs_with_missing_or_unknown_tenants_are_clear_errors(env):
         env.step_configuration(extra)
     with pytest.raises(ConfigError, match="'resnet'.*every tenant needs a request"):
         env.step_requests({})
+
+
+def test_load_features_are_arrival_rates_in_whole_gpus(env):
+    from rlsched.workloads.tenants import InferenceTenant
+
+    env.reset(seed=0)
+    observation, *_ = env.step(env.action_space.sample())
+    names = env.encoder.names()
+    measured = env.backend.observe()
+    checked = 0
+    for t in env.scenario.tenants:
+        if not isinstance(t, InferenceTenant):
+            continue
+        capacity = env.backend.perf_model.predict(env.scenario.gpu, t.model, t.max_batch).throughput_per_s
+        assert capacity > 0
+        for feature, key in (("load", "arrival_rate_rps"), ("load_ewma", "arrival_rate_ewma_rps")):
+            expected = min(1.0, measured[t.name][key] / capacity)
+            assert observation[names.index(f"{t.name}/{feature}")] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+            checked += expected > 0
+    assert checked > 0  # some tenant saw arrivals

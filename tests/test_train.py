@@ -3,6 +3,7 @@ domain randomization, the ppo policies of ``rlsched eval``, and the shipped poli
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,7 @@ SMOKE = {
     "scenario": TINY, "eval_scenario": TINY, "total_timesteps": 256, "n_envs": 2, "vec_env": "dummy", "max_episode_steps": 6,
     "eval_freq": 128, "checkpoint_freq": 128, "progress_bar": False,
     "ppo": {"n_steps": 64, "batch_size": 64, "n_epochs": 2, "net_arch": [8]},
-    "pretrain": {"teacher": "paris-elsa", "episodes": 1, "epochs": 2},
+    "pretrain": {"teacher": "paris-elsa", "episodes": 1, "epochs": 2, "dagger_iterations": 1, "dagger_episodes": 1},
 }
 CUSTOM_SCALARS = {"goodput/total", "goodput/goodput", "goodput/slo_penalty", "slo/attainment", "slo/attainment_high", "slo/attainment_normal",
                   "reconfig/rate", "repair/rate", "repair/ms_mean", "perf/steps_per_s", "eval/goodput/total", "eval/slo/attainment_high",
@@ -90,8 +91,14 @@ def test_aggregated_attainment_is_a_ratio_of_sums():
 def test_run_folder_holds_config_stats_model_checkpoints_and_timelines(run):
     assert yaml.safe_load((run / "config.yaml").read_text()) == config_from_dict(SMOKE).to_dict()
     for name in ("model.zip", "vecnormalize.pkl", "best/best_model.zip", "best/vecnormalize.pkl", "pretrain.json", "evaluations.npz",
-                 "checkpoints/ppo_128_steps.zip", "checkpoints/ppo_vecnormalize_128_steps.pkl", "timelines/step_0.png"):
+                 "checkpoints/ppo_128_steps.zip", "checkpoints/ppo_vecnormalize_128_steps.pkl", "timelines/step_0.png", "pretrain/student_0.onnx", "pretrain/student_1.onnx"):
         assert (run / name).stat().st_size > 0, name
+    fit = json.loads((run / "pretrain.json").read_text())
+    assert fit["pretrain/dagger_rounds"] == 1 and [r["round"] for r in fit["rounds"]] == [0, 1] and 0 <= fit["pretrain/accuracy"] <= 1
+    # The kept student is the better validated of the two fits.
+    best = max(fit["rounds"], key=lambda r: r["pretrain/validation_goodput"])
+    assert fit["pretrain/best_round"] == best["round"] and fit["pretrain/validation_goodput"] == best["pretrain/validation_goodput"]
+    assert "pretrain/student_goodput" in fit["rounds"][0] and fit["rounds"][1]["samples"] > fit["rounds"][0]["samples"]
 
 
 def test_tensorboard_has_the_custom_scalars_and_the_timeline_image(run):
@@ -189,16 +196,30 @@ def test_family_rejects_held_out_traces_and_other_action_spaces():
 def test_perturbed_demonstrations_keep_the_teachers_labels():
     from rlsched.agents.ppo.family import ScenarioFamily
     from rlsched.agents.ppo.pretrain import collect
-    from rlsched.simulator.run import load_performance_model
 
     family = ScenarioFamily(TINY, RandomizationConfig())
-    toy = load_performance_model("toy")
-    calm = collect(family, "static-equal", 1, 6, 0, toy)
-    noisy = collect(family, "static-equal", 1, 6, 0, toy, perturbation=1.0)
+    calm, _ = collect(family, "static-equal", 1, 6, 0, "toy")
+    noisy, _ = collect(family, "static-equal", 1, 6, 0, "toy", perturbation=1.0)
     # static-equal decides one configuration; every label asks for it, executed or not.
     assert len(np.unique(calm.actions, axis=0)) == 1 and np.array_equal(np.unique(noisy.actions, axis=0), np.unique(calm.actions, axis=0))
     assert len(noisy.observations) == 6 and noisy.masks.shape == (6, int(np.sum(calm.masks[0].size)))
     assert not np.array_equal(noisy.observations[1:], calm.observations[1:])  # random actions went elsewhere
+
+
+def test_dagger_student_acts_and_the_teacher_labels(run):
+    from rlsched.agents.ppo.family import ScenarioFamily
+    from rlsched.agents.ppo.pretrain import collect
+
+    family = ScenarioFamily(TINY, RandomizationConfig())
+    taught, _ = collect(family, "static-equal", 2, 6, 0, "toy")
+    # The smoke run's student decides differently from static-equal, so it visits other
+    # states; the labels stay static-equal's one configuration.
+    dagger, objectives = collect(family, "static-equal", 2, 6, 0, "toy", student=run / "pretrain" / "student_0.onnx")
+    assert np.array_equal(np.unique(dagger.actions, axis=0), np.unique(taught.actions, axis=0)) and len(objectives) == 2
+    assert not np.array_equal(dagger.observations, taught.observations)
+    # Episodes in worker processes give exactly the same demonstrations.
+    parallel, parallel_objectives = collect(family, "static-equal", 2, 6, 0, "toy", student=run / "pretrain" / "student_0.onnx", workers=2)
+    assert np.array_equal(parallel.observations, dagger.observations) and parallel_objectives == objectives
 
 
 # ---------------------------------------------------------------- registry and shipped policy

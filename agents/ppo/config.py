@@ -78,8 +78,10 @@ class PretrainConfig:
     """Behaviour-cloning warm start from a baseline (:mod:`rlsched.agents.ppo.pretrain`)."""
 
     teacher: str = ""
-    """what to imitate before PPO: a baseline of ``rlsched eval``, or family-static-best (the
-    fixed configuration best on average over draws of the family); empty: no warm start"""
+    """what to imitate before PPO: a baseline of ``rlsched eval``, family-static-best (the
+    fixed configuration best on average over draws of the family), or planner-true-rates
+    (the Goodput-MILP planner fed the true arrival rates of the coming windows: a teacher
+    that sees the training draw's future, which the student cannot); empty: no warm start"""
     family_draws: int = 8
     """draws of the family that family-static-best chooses its configuration on"""
     episodes: int = 8
@@ -93,6 +95,17 @@ class PretrainConfig:
     """Adam step size of the warm start"""
     batch_size: int = 256
     """minibatch size, steps"""
+    dagger_iterations: int = 0
+    """DAgger rounds after the first fit (Ross et al., AISTATS 2011): the student acts, the
+    teacher labels the states it reaches, and the student is refitted on all labels so far"""
+    dagger_episodes: int = 8
+    """student episodes per DAgger round"""
+    dagger_perturbation: float = 0.0
+    """probability that a DAgger step executes a random action instead of the student's"""
+    workers: int = 1
+    """processes collecting episodes in parallel (a planner teacher takes ~50 ms a step)"""
+    validation_episodes: int = 3
+    """episodes of ``eval_scenario`` each fit's student is validated on; the best one is kept"""
 
 
 @dataclass
@@ -158,9 +171,10 @@ CHOICES: dict[str, tuple[str, ...]] = {"vec_env": ("subproc", "dummy"), "ppo.act
 #: Fields that must be > 0 (others numeric must be >= 0).
 POSITIVE = {"total_timesteps", "n_envs", "max_episode_steps", "eval_freq", "eval_episodes", "checkpoint_freq", "clip_obs",
             "ppo.learning_rate", "ppo.n_steps", "ppo.batch_size", "ppo.n_epochs", "ppo.clip_range", "ppo.max_grad_norm",
-            "pretrain.episodes", "pretrain.family_draws", "pretrain.epochs", "pretrain.learning_rate", "pretrain.batch_size"}
+            "pretrain.episodes", "pretrain.family_draws", "pretrain.epochs", "pretrain.learning_rate", "pretrain.batch_size",
+            "pretrain.dagger_episodes", "pretrain.workers", "pretrain.validation_episodes"}
 #: Fields that are fractions in [0, 1].
-FRACTIONS = {"pretrain.perturbation", "ppo.gamma", "ppo.gae_lambda", "randomization.priority_shuffle_probability", "randomization.trace_train_fraction"}
+FRACTIONS = {"pretrain.perturbation", "pretrain.dagger_perturbation", "ppo.gamma", "ppo.gae_lambda", "randomization.priority_shuffle_probability", "randomization.trace_train_fraction"}
 
 
 def _convert(source: str, name: str, hint: Any, value: Any) -> Any:
@@ -236,7 +250,7 @@ def config_from_dict(raw: Any, source: str = "<memory>") -> TrainConfig:
     config = _section(source, "", TrainConfig, raw or {})
     from rlsched.agents.baselines import POLICIES
 
-    teachers = [*POLICIES, "family-static-best"]
+    teachers = [*POLICIES, "family-static-best", "planner-true-rates"]
     if config.pretrain.teacher and config.pretrain.teacher not in teachers:
         raise ConfigError(source, "pretrain.teacher", config.pretrain.teacher, f"allowed: {', '.join(teachers)} (or empty: no warm start)")
     if config.ppo.batch_size > config.ppo.n_steps * config.n_envs:

@@ -11,6 +11,7 @@ The run folder (RL Zoo habit) holds everything a result can be reproduced from:
 ``timelines/``              the partition timeline PNG of each evaluation
 ``evaluations.npz``         the evaluation returns (SB3 format)
 ``pretrain.json``           the behaviour-cloning warm start's fit (when a teacher is set)
+``pretrain/``               the student of each fit (``student_<round>.onnx``; round 0: the teacher's own episodes)
 ``policy.onnx``             the exported policy (:mod:`rlsched.agents.ppo.export`)
 =========================== ===============================================================
 
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
@@ -39,10 +41,11 @@ from rlsched.agents.ppo.config import TrainConfig, load_config
 from rlsched.agents.ppo.family import FamilyEnv, ScenarioFamily
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
-from rlsched.fileio import write_text_atomically
+from rlsched.fileio import write_bytes_atomically, write_text_atomically
 
 CONFIG_FILE = "config.yaml"
 PRETRAIN_FILE = "pretrain.json"
+PRETRAIN_DIR = "pretrain"
 MODEL_FILE = "model.zip"
 VECNORMALIZE_FILE = "vecnormalize.pkl"
 BEST_DIR = "best"
@@ -113,16 +116,50 @@ def _prepare_run(config_path: str | Path | None, run_dir: Path, resume: bool) ->
     return config
 
 
-def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, perf_model: str) -> dict[str, float]:
-    """Behaviour cloning of the configured teacher (see :mod:`rlsched.agents.ppo.pretrain`)."""
-    from rlsched.agents.ppo.pretrain import collect, warm_start
-    from rlsched.simulator.run import load_performance_model
+def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, perf_model: str, run_dir: Path) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Behaviour cloning of the configured teacher, then its DAgger rounds (see
+    :mod:`rlsched.agents.ppo.pretrain`).
 
-    family = ScenarioFamily(config.scenario, config.randomization)
-    demos = collect(family, config.pretrain.teacher, config.pretrain.episodes, config.max_episode_steps, config.seed + 20_000, load_performance_model(perf_model),
-                    config.pretrain.perturbation, config.pretrain.family_draws)
+    Each fit's student is kept as ``pretrain/student_<round>.onnx`` and validated on
+    ``eval_scenario``; the model and its normalization end as the best validated student
+    (a refit on more labels does not always decide better on whole episodes).
+
+    :returns: the summary (``pretrain/*`` scalars) and one record per round
+    """
+    import copy
+
+    from rlsched.agents.evaluation import run_episode
+    from rlsched.agents.ppo.export import build_onnx
+    from rlsched.agents.ppo.pretrain import Demonstrations, collect, warm_start
+
     p = config.pretrain
-    return warm_start(model, venv, demos, p.epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
+    family = ScenarioFamily(config.scenario, config.randomization)
+    validation_env = GpuShareEnv(config.eval_scenario, perf_model=perf_model)
+    seed = config.seed + 20_000
+    demos, objectives = collect(family, p.teacher, p.episodes, config.max_episode_steps, seed, perf_model, p.perturbation, p.family_draws,
+                                workers=p.workers, progress=config.progress_bar)
+    teacher_goodput = float(np.mean(objectives))
+    rounds: list[dict[str, float]] = []
+    best: tuple[float, int, dict, object, object] | None = None
+    for round_ in range(p.dagger_iterations + 1):
+        fit = warm_start(model, venv, demos, p.epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
+        student = run_dir / PRETRAIN_DIR / f"student_{round_}.onnx"
+        write_bytes_atomically(student, build_onnx(model, venv.obs_rms.mean, venv.obs_rms.var, venv.clip_obs).SerializeToString())
+        validation = float(np.mean([run_episode(validation_env, f"ppo:{student}", config.seed + 10_000 + k).goodput for k in range(p.validation_episodes)]))
+        rounds.append({"round": float(round_), "samples": float(len(demos.actions)), **fit, "pretrain/validation_goodput": validation})
+        if best is None or validation > best[0]:
+            best = (validation, round_, copy.deepcopy(model.policy.state_dict()), copy.deepcopy(venv.obs_rms), copy.deepcopy(venv.ret_rms))
+        if round_ == p.dagger_iterations:
+            break
+        seed += max(p.episodes, p.dagger_episodes)  # fresh draws every round
+        new, objectives = collect(family, p.teacher, p.dagger_episodes, config.max_episode_steps, seed, perf_model, p.dagger_perturbation, p.family_draws,
+                                  student=student, workers=p.workers, progress=config.progress_bar)
+        rounds[-1]["pretrain/student_goodput"] = float(np.mean(objectives))  # this student, acting on training draws
+        demos = Demonstrations.concatenate([demos, new])
+    validation, round_, weights, venv.obs_rms, venv.ret_rms = best
+    model.policy.load_state_dict(weights)
+    summary = {key: value for key, value in rounds[round_].items() if key.startswith("pretrain/")}
+    return {**summary, "pretrain/teacher_goodput": teacher_goodput, "pretrain/best_round": float(round_), "pretrain/dagger_rounds": float(p.dagger_iterations)}, rounds
 
 
 def _save_atomically(save: Callable[[Path], object], path: Path) -> None:
@@ -166,8 +203,8 @@ def train(config_path: str | Path | None, run_dir: str | Path, resume: bool = Fa
             policy_kwargs={"net_arch": {"pi": list(p.net_arch), "vf": list(p.net_arch)}, "activation_fn": ACTIVATIONS[p.activation]},
         )
         if config.pretrain.teacher:
-            pretrain_metrics = _warm_start(config, model, venv, perf_model)
-            write_text_atomically(run_dir / PRETRAIN_FILE, json.dumps(pretrain_metrics, indent=2) + "\n")
+            pretrain_metrics, rounds = _warm_start(config, model, venv, perf_model, run_dir)
+            write_text_atomically(run_dir / PRETRAIN_FILE, json.dumps({**pretrain_metrics, "rounds": rounds}, indent=2) + "\n")
     # The eval env normalizes observations like training (stats synced at each evaluation)
     # and reports raw rewards.
     eval_venv = VecNormalize(eval_venv, norm_obs=config.normalize_obs, norm_reward=False, clip_obs=config.clip_obs, training=False)
