@@ -6,8 +6,12 @@ VENV ?= .venv
 # e.g. make TORCH_SPEC="torch==2.13.0+cu128 --extra-index-url <your torch index>".
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# The RLlib engine's environment (extra "distributed"): a venv of its own, because ray[rllib]
+# pins an older gymnasium than the base install takes (see README, "Scale-out training").
+DVENV ?= .venv-distributed
+DBIN := $(DVENV)/bin
 
-.PHONY: install demo test bench clean
+.PHONY: install install-distributed demo test test-distributed bench clean
 
 install: $(VENV)/.installed
 
@@ -16,6 +20,15 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
 	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+install-distributed: $(DVENV)/.installed
+
+$(DVENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DVENV)
+	$(DBIN)/pip install -q --upgrade pip
+	$(DBIN)/pip install -q $(TORCH_SPEC)
+	$(DBIN)/pip install -q -e ".[dev,distributed]"
 	touch $@
 
 demo: install
@@ -29,8 +42,12 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
+# The tiny RLlib training run (marked rllib) and the engine-independent tests, with ray installed.
+test-distributed: install-distributed
+	$(DBIN)/python -m pytest -q -m rllib tests/test_rllib.py
+
 bench: install
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(DVENV) build *.egg-info

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from rlsched.agents.ppo.config import RandomizationConfig, config_from_dict, load_config
+from rlsched.agents.ppo.config import RandomizationConfig, TrainConfig, config_from_dict, load_config
 from rlsched.cli.main import main
 from rlsched.errors import ConfigError
 
@@ -45,9 +45,11 @@ def run(tmp_path_factory):
 
 # ---------------------------------------------------------------- config
 def test_shipped_training_configs_load():
+    from rlsched.agents.rllib.config import RllibTrainConfig
+
     for path in (ROOT / "configs" / "train").glob("*.yaml"):
-        config = load_config(path)
-        assert config.total_timesteps > 0 and config.to_dict() == config_from_dict(config.to_dict()).to_dict()  # round-trips
+        config = load_config(path, RllibTrainConfig if path.name.startswith("rllib_") else TrainConfig)
+        assert config.total_timesteps > 0 and config.to_dict() == config_from_dict(config.to_dict(), cls=type(config)).to_dict()  # round-trips
 
 
 @pytest.mark.parametrize(("raw", "field", "reason"), [
