@@ -10,26 +10,28 @@ BIN := $(VENV)/bin
 # pins an older gymnasium than the base install takes (see README, "Scale-out training").
 DVENV ?= .venv-distributed
 DBIN := $(DVENV)/bin
+comma := ,
 
 .PHONY: install install-distributed demo test test-distributed bench clean
 
 install: $(VENV)/.installed
 
+# A venv with the pinned torch, then the project with extras: $(call make_venv,FOLDER,EXTRAS).
+define make_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q $(TORCH_SPEC)
+	$(1)/bin/pip install -q -e ".[$(2)]"
+	touch $(1)/.installed
+endef
+
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[dev]"
-	touch $@
+	$(call make_venv,$(VENV),dev)
 
 install-distributed: $(DVENV)/.installed
 
 $(DVENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(DVENV)
-	$(DBIN)/pip install -q --upgrade pip
-	$(DBIN)/pip install -q $(TORCH_SPEC)
-	$(DBIN)/pip install -q -e ".[dev,distributed]"
-	touch $@
+	$(call make_venv,$(DVENV),dev$(comma)distributed)
 
 demo: install
 	$(BIN)/rlsched gpus

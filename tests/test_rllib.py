@@ -159,7 +159,7 @@ def test_tiny_rllib_run_reports_steps_returns_and_the_sb3_metric_names(rllib_run
 
 
 @pytest.mark.rllib
-def test_rllib_onnx_export_matches_the_modules_masked_argmax(rllib_run):
+def test_rllib_onnx_export_matches_the_modules_masked_argmax(rllib_run, random_observations_and_masks):
     import torch
     from ray.rllib.core.columns import Columns
     from ray.rllib.core.rl_module.rl_module import RLModule
@@ -169,12 +169,7 @@ def test_rllib_onnx_export_matches_the_modules_masked_argmax(rllib_run):
 
     policy = OnnxPolicy.load(rllib_run / "policy.onnx")
     module = RLModule.from_checkpoint(str((rllib_run / FINAL_CHECKPOINT / MODULE_IN_CHECKPOINT).resolve()))
-    rng = np.random.default_rng(0)
-    n = 2000
-    obs = rng.random((n, policy.obs_dim), dtype=np.float32)
-    masks = rng.random((n, int(policy.nvec.sum()))) < 0.7
-    starts = np.concatenate([[0], np.cumsum(policy.nvec)[:-1]])
-    masks[:, starts] = True  # every component keeps a level
+    obs, masks, starts = random_observations_and_masks(policy.obs_dim, policy.nvec)
     with torch.no_grad():
         batch = {Columns.OBS: {"observations": torch.from_numpy(obs), "action_mask": torch.from_numpy(masks.astype(np.float32))}}
         logits = module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS].numpy()
@@ -192,3 +187,16 @@ def test_rllib_policy_evaluates_like_a_baseline(rllib_run, tmp_path):
     spec = f"ppo:{rllib_run / 'policy.onnx'}"
     assert main(["eval", "--scenario", TINY, "--policies", spec, "--json", str(out), "--no-progress", "--perf-model", "toy"]) == 0
     assert json.loads(out.read_text())["policies"][spec]["goodput"] is not None
+
+
+@pytest.mark.rllib
+def test_export_policy_cli_exports_an_rllib_runs_checkpoints(rllib_run, tmp_path):
+    from rlsched.agents.onnx_policy import OnnxPolicy
+
+    final, early = tmp_path / "final.onnx", tmp_path / "early.onnx"
+    assert main(["export-policy", "--run", str(rllib_run), "--out", str(final)]) == 0
+    assert main(["export-policy", "--run", str(rllib_run), "--out", str(early), "--which", "48"]) == 0
+    assert main(["export-policy", "--run", str(rllib_run), "--which", "7"]) == 2
+    shipped, again = OnnxPolicy.load(rllib_run / "policy.onnx"), OnnxPolicy.load(final)
+    obs = np.random.default_rng(1).random((200, shipped.obs_dim), dtype=np.float32)
+    assert np.array_equal(shipped.act(obs), again.act(obs)) and OnnxPolicy.load(early).metadata["source"] == "checkpoints/rllib_48_steps"

@@ -126,7 +126,7 @@ def test_resume_continues_from_the_newest_checkpoint(run, tmp_path):
         train(crashed / "config.yaml", crashed, perf_model="toy")
 
 
-def test_onnx_export_matches_sb3_predict(run):
+def test_onnx_export_matches_sb3_predict(run, random_observations_and_masks):
     import pickle
 
     from rlsched.agents.onnx_policy import OnnxPolicy
@@ -138,12 +138,7 @@ def test_onnx_export_matches_sb3_predict(run):
     model = MaskablePPO.load(run / "model.zip", device="cpu")
     with open(run / "vecnormalize.pkl", "rb") as handle:
         stats = pickle.load(handle)
-    rng = np.random.default_rng(0)
-    n = 2000
-    obs = rng.random((n, policy.obs_dim), dtype=np.float32)
-    masks = rng.random((n, int(policy.nvec.sum()))) < 0.7
-    starts = np.concatenate([[0], np.cumsum(policy.nvec)[:-1]])
-    masks[:, starts] = True  # every component keeps a level
+    obs, masks, starts = random_observations_and_masks(policy.obs_dim, policy.nvec)
     expected, _ = model.predict(stats.normalize_obs(obs), deterministic=True, action_masks=masks)
     assert np.array_equal(policy.act(obs, masks), expected)
     assert np.array_equal(policy.act(obs[0], masks[0]), expected[0])

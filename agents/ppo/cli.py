@@ -29,7 +29,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Export a run folder's policy to ONNX."""
+    """Export a run folder's policy to ONNX (SB3 or RLlib run)."""
+    from rlsched.agents.rllib.export import export_rllib_run, is_rllib_run
+
+    if is_rllib_run(args.run):
+        print(export_rllib_run(args.run, args.out, args.which))
+        return 0
     from rlsched.agents.ppo.export import export_run
 
     print(export_run(args.run, args.out, args.which))

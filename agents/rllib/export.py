@@ -9,6 +9,9 @@ and masking. RLlib adds ``log(mask)`` clamped at ``FLOAT_MIN`` to the logits whe
 graph uses -1e8: the argmax is the same (masked levels lose against any allowed one).
 :meth:`OnnxPolicy.act <rlsched.agents.onnx_policy.OnnxPolicy.act>`, the daemon and
 ``rlsched eval --policies ppo:PATH`` load the result unchanged.
+
+:func:`export_rllib_run` exports from a run folder's checkpoint (``rlsched export-policy
+--run RUN`` on an RLlib run; needs ray); :func:`export_module` from a module in memory.
 """
 
 from __future__ import annotations
@@ -39,3 +42,42 @@ def export_module(module: object, nvec: list[int], obs_dim: int, path: str | Pat
     path = Path(path)
     write_bytes_atomically(path, model.SerializeToString())
     return path
+
+
+def is_rllib_run(run_dir: str | Path) -> bool:
+    """Whether a run folder was trained by the RLlib engine (its config has ``rllib:``)."""
+    import yaml
+
+    from rlsched.agents.rllib.train import CONFIG_FILE
+
+    path = Path(run_dir) / CONFIG_FILE
+    return path.exists() and "rllib" in (yaml.safe_load(path.read_text()) or {})
+
+
+def export_rllib_run(run_dir: str | Path, out: str | Path | None = None, which: str = "final") -> Path:
+    """Export the policy of an RLlib run folder's checkpoint to ONNX; returns the file.
+
+    :param which: ``final`` (or ``best``: the RLlib engine keeps no best model, so the
+        final one), or the step count of one of the run's ``checkpoints/rllib_<steps>_steps``
+    """
+    from rlsched.agents.rllib import require_ray
+    from rlsched.agents.rllib.config import load_rllib_config
+    from rlsched.agents.rllib.train import CHECKPOINT_DIR, CONFIG_FILE, FINAL_CHECKPOINT, MODULE_IN_CHECKPOINT, POLICY_FILE
+
+    run_dir = Path(run_dir)
+    config = load_rllib_config(run_dir / CONFIG_FILE)
+    if which.isdigit():
+        source = Path(CHECKPOINT_DIR) / f"rllib_{which}_steps"
+    elif which in ("best", "final"):
+        source = Path(FINAL_CHECKPOINT)
+    else:
+        raise ConfigError("--which", "--which", which, "allowed: final (best: the same), or the step count of a checkpoint")
+    if not (run_dir / source / MODULE_IN_CHECKPOINT).exists():
+        raise ConfigError(run_dir, "checkpoint", str(run_dir / source), "no such RLlib checkpoint in the run folder")
+    require_ray()
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    module = RLModule.from_checkpoint(str((run_dir / source / MODULE_IN_CHECKPOINT).resolve()))
+    observations = module.observation_space["observations"]  # the Dict space of the masking module
+    return export_module(module, list(module.action_space.nvec), int(np.prod(observations.shape)), Path(out) if out else run_dir / POLICY_FILE,
+                         {"scenario": config.scenario, "source": str(source), "config": config.to_yaml()})

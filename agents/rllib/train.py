@@ -163,7 +163,7 @@ def train_rllib(config_path: str | Path | None, run_dir: str | Path, resume: boo
     from tqdm import tqdm
 
     from rlsched.agents.rllib.env import register
-    from rlsched.agents.rllib.export import export_module
+    from rlsched.agents.rllib.export import export_rllib_run
 
     started_ray = _init_ray(config, address, verbose)
     algo = writer = None
@@ -189,14 +189,8 @@ def train_rllib(config_path: str | Path | None, run_dir: str | Path, resume: boo
                     algo.save_to_path(str((run_dir / CHECKPOINT_DIR / f"rllib_{steps}_steps").resolve()))
                     next_checkpoint += config.checkpoint_freq
         algo.save_to_path(str((run_dir / FINAL_CHECKPOINT).resolve()))
-        from rlsched.agents.rllib.env import make_env
-
-        probe = make_env({"config": config.to_dict(), "perf_model": perf_model})
-        nvec = [int(n) for n in probe.action_space.nvec]
-        obs_dim = int(np.prod(probe.observation_space["observations"].shape))
-        probe.close()
-        export_module(algo.get_module(), nvec, obs_dim, run_dir / POLICY_FILE,
-                      {"scenario": config.scenario, "source": FINAL_CHECKPOINT, "num_timesteps": str(steps), "config": config.to_yaml()})
+        # From the checkpoint, as `rlsched export-policy` does: the export checks the save.
+        export_rllib_run(run_dir)
     finally:
         if writer is not None:
             writer.close()
