@@ -6,17 +6,32 @@ VENV ?= .venv
 # e.g. make TORCH_SPEC="torch==2.13.0+cu128 --extra-index-url <your torch index>".
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# The RLlib engine's environment (extra "distributed"): a venv of its own, because ray[rllib]
+# pins an older gymnasium than the base install takes (see README, "Scale-out training").
+DVENV ?= .venv-distributed
+DBIN := $(DVENV)/bin
+comma := ,
 
-.PHONY: install demo test bench clean
+.PHONY: install install-distributed demo test test-distributed bench clean
 
 install: $(VENV)/.installed
 
+# A venv with the pinned torch, then the project with extras: $(call make_venv,FOLDER,EXTRAS).
+define make_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q $(TORCH_SPEC)
+	$(1)/bin/pip install -q -e ".[$(2)]"
+	touch $(1)/.installed
+endef
+
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[dev]"
-	touch $@
+	$(call make_venv,$(VENV),dev)
+
+install-distributed: $(DVENV)/.installed
+
+$(DVENV)/.installed: pyproject.toml
+	$(call make_venv,$(DVENV),dev$(comma)distributed)
 
 demo: install
 	$(BIN)/rlsched gpus
@@ -29,8 +44,12 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
+# The tiny RLlib training run (marked rllib) and the engine-independent tests, with ray installed.
+test-distributed: install-distributed
+	$(DBIN)/python -m pytest -q -m rllib tests/test_rllib.py
+
 bench: install
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(DVENV) build *.egg-info

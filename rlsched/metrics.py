@@ -26,7 +26,9 @@ name                             meaning (over the steps aggregated)
 ================================ ==========================================================
 
 API: :func:`step_metrics` for one step; :class:`MetricAggregator` (``add`` each step's
-``info``, ``summary()``, ``reset()``) for a span of steps.
+``info``, ``summary()``, ``reset()``) for a span of steps; ``totals()`` /
+``from_totals()`` carry an aggregator's state between processes (RLlib's env runners), so
+that spans sampled in parallel combine into the same ratios of sums.
 
 The ``info`` keys read (as :meth:`GpuShareEnv.step` writes them; a daemon builds the same
 dict): the ``goodput/*`` terms (request-equivalents), ``slo_counts`` (priority class ->
@@ -48,6 +50,8 @@ GOODPUT_KEYS: tuple[str, ...] = (
 PRIORITY_CLASSES: tuple[str, ...] = ("high", "normal", "low")
 #: Name of the throughput metric.
 STEPS_PER_S = "perf/steps_per_s"
+#: The one entry of :meth:`MetricAggregator.totals` that combines by maximum (the others add up).
+MAX_TOTAL = "repair_ms_max"
 
 
 class MetricAggregator:
@@ -85,6 +89,35 @@ class MetricAggregator:
         self._repair_ms += repair_ms
         self._repair_ms_max = max(self._repair_ms_max, repair_ms)
         return self
+
+    def totals(self) -> dict[str, float]:
+        """The state of the span as plain numbers: the totals of spans aggregated apart add up
+        (:data:`MAX_TOTAL` combines by maximum) to the totals of the spans together."""
+        out = {"steps": float(self.steps), **self._sums, "reconfigured": float(self._reconfigured), "restarts": float(self._restarts),
+               "repaired": float(self._repaired), "fallbacks": float(self._fallbacks), "distance": self._distance, "repair_ms": self._repair_ms,
+               MAX_TOTAL: self._repair_ms_max}
+        out.update({f"on_time/{p}": float(n) for p, n in self._on_time.items()})
+        out.update({f"decided/{p}": float(n) for p, n in self._decided.items()})
+        return out
+
+    @classmethod
+    def from_totals(cls, totals: Mapping[str, float]) -> MetricAggregator:
+        """An aggregator holding the span whose :meth:`totals` are given (missing keys: zero)."""
+        out = cls()
+        out.steps = int(totals.get("steps", 0))
+        for key in GOODPUT_KEYS:
+            out._sums[key] = float(totals.get(key, 0.0))
+        for key, value in totals.items():
+            kind, _, priority = key.partition("/")
+            if kind == "on_time" and priority:
+                out._on_time[priority] = int(value)
+            elif kind == "decided" and priority:
+                out._decided[priority] = int(value)
+        out._reconfigured, out._restarts = int(totals.get("reconfigured", 0)), int(totals.get("restarts", 0))
+        out._repaired, out._fallbacks = int(totals.get("repaired", 0)), int(totals.get("fallbacks", 0))
+        out._distance, out._repair_ms = float(totals.get("distance", 0.0)), float(totals.get("repair_ms", 0.0))
+        out._repair_ms_max = float(totals.get(MAX_TOTAL, 0.0))
+        return out
 
     def summary(self, wall_s: float | None = None) -> dict[str, float]:
         """The metrics of the steps added since the last reset (empty if none).

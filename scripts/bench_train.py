@@ -5,6 +5,8 @@ Two modes:
 
     # a short fresh run of a config (warm start off), then its throughput
     .venv/bin/python scripts/bench_train.py --config configs/train/ppo_default.yaml --steps 8192
+    # the same with RLlib (extra "distributed"; make install-distributed)
+    .venv-distributed/bin/python scripts/bench_train.py --engine rllib --config configs/train/rllib_ppo.yaml --steps 8192
     # an existing run folder: its throughput and when its evaluations reached --level
     .venv/bin/python scripts/bench_train.py --run runs/NAME [--level GOODPUT_PER_STEP]
 
@@ -27,7 +29,7 @@ def read_run(run_dir: Path) -> dict[str, list[tuple[float, int, float]]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     series: dict[str, list[tuple[float, int, float]]] = {}
-    for events in sorted((run_dir / "tb").glob("ppo_*")):
+    for events in sorted((run_dir / "tb").glob("*_*")):  # ppo_1 (SB3), rllib_1 (RLlib)
         accumulator = EventAccumulator(str(events))
         accumulator.Reload()
         for tag in ("perf/steps_per_s", "eval/goodput/total", "eval/slo/attainment_high"):
@@ -59,6 +61,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="configs/train/ppo_default.yaml", help="training config for a fresh benchmark run")
     parser.add_argument("--steps", type=int, default=8192, help="environment steps of the fresh run")
+    parser.add_argument("--engine", default="sb3", choices=["sb3", "rllib"], help="training engine of the fresh run (rllib: an rllib_*.yaml config)")
     parser.add_argument("--run", default=None, help="report on this existing run folder instead of training")
     parser.add_argument("--level", type=float, default=None, help="evaluation Goodput per step to report the wall time to")
     args = parser.parse_args()
@@ -67,17 +70,21 @@ def main() -> int:
         return 0
     import yaml
 
-    from rlsched.agents.ppo.config import load_config
-    from rlsched.agents.ppo.train import train
+    if args.engine == "rllib":
+        from rlsched.agents.rllib.config import load_rllib_config as load
+        from rlsched.agents.rllib.train import train_rllib as train
+    else:
+        from rlsched.agents.ppo.config import load_config as load
+        from rlsched.agents.ppo.train import train
 
-    config = load_config(args.config).to_dict()
+    config = load(args.config).to_dict()
     config.update(total_timesteps=args.steps, eval_freq=10 * args.steps, checkpoint_freq=10 * args.steps, progress_bar=False)
     config["pretrain"]["teacher"] = ""  # throughput of PPO itself
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(config))
         run_dir = train(path, Path(tmp) / "run")
-        print(json.dumps(report(run_dir, None), indent=2))
+        print(json.dumps({"engine": args.engine, "config": args.config, **report(run_dir, None)}, indent=2))
     return 0
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from rlsched.agents.ppo.config import RandomizationConfig, config_from_dict, load_config
+from rlsched.agents.ppo.config import RandomizationConfig, TrainConfig, config_from_dict, load_config
 from rlsched.cli.main import main
 from rlsched.errors import ConfigError
 
@@ -46,9 +46,11 @@ def run(tmp_path_factory):
 
 # ---------------------------------------------------------------- config
 def test_shipped_training_configs_load():
+    from rlsched.agents.rllib.config import RllibTrainConfig
+
     for path in (ROOT / "configs" / "train").glob("*.yaml"):
-        config = load_config(path)
-        assert config.total_timesteps > 0 and config.to_dict() == config_from_dict(config.to_dict()).to_dict()  # round-trips
+        config = load_config(path, RllibTrainConfig if path.name.startswith("rllib_") else TrainConfig)
+        assert config.total_timesteps > 0 and config.to_dict() == config_from_dict(config.to_dict(), cls=type(config)).to_dict()  # round-trips
 
 
 @pytest.mark.parametrize(("raw", "field", "reason"), [
@@ -131,7 +133,7 @@ def test_resume_continues_from_the_newest_checkpoint(run, tmp_path):
         train(crashed / "config.yaml", crashed, perf_model="toy")
 
 
-def test_onnx_export_matches_sb3_predict(run):
+def test_onnx_export_matches_sb3_predict(run, random_observations_and_masks):
     import pickle
 
     from rlsched.agents.onnx_policy import OnnxPolicy
@@ -143,12 +145,7 @@ def test_onnx_export_matches_sb3_predict(run):
     model = MaskablePPO.load(run / "model.zip", device="cpu")
     with open(run / "vecnormalize.pkl", "rb") as handle:
         stats = pickle.load(handle)
-    rng = np.random.default_rng(0)
-    n = 2000
-    obs = rng.random((n, policy.obs_dim), dtype=np.float32)
-    masks = rng.random((n, int(policy.nvec.sum()))) < 0.7
-    starts = np.concatenate([[0], np.cumsum(policy.nvec)[:-1]])
-    masks[:, starts] = True  # every component keeps a level
+    obs, masks, starts = random_observations_and_masks(policy.obs_dim, policy.nvec)
     expected, _ = model.predict(stats.normalize_obs(obs), deterministic=True, action_masks=masks)
     assert np.array_equal(policy.act(obs, masks), expected)
     assert np.array_equal(policy.act(obs[0], masks[0]), expected[0])

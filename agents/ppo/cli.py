@@ -8,6 +8,17 @@ import argparse
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train (or resume) a run, then export its best policy to ``<run>/policy.onnx``."""
+    if args.engine == "rllib":
+        # Imports no ray: train_rllib checks the config, then names the extra if ray is missing.
+        from rlsched.agents.rllib.train import POLICY_FILE, train_rllib
+
+        run_dir = train_rllib(args.config, args.out, resume=args.resume, address=args.address, verbose=args.verbose)
+        print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE}")
+        return 0
+    if args.address is not None:
+        from rlsched.errors import ConfigError
+
+        raise ConfigError("--address", "--address", args.address, "only the RLlib engine runs on a Ray cluster (--engine rllib)")
     from rlsched.agents.ppo.export import export_run
     from rlsched.agents.ppo.train import train
 
@@ -18,7 +29,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Export a run folder's policy to ONNX."""
+    """Export a run folder's policy to ONNX (SB3 or RLlib run)."""
+    from rlsched.agents.rllib.export import export_rllib_run, is_rllib_run
+
+    if is_rllib_run(args.run):
+        print(export_rllib_run(args.run, args.out, args.which))
+        return 0
     from rlsched.agents.ppo.export import export_run
 
     print(export_run(args.run, args.out, args.which))
@@ -27,11 +43,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the PPO subcommands to the ``rlsched`` parser."""
-    p = sub.add_parser("train", help="train a MaskablePPO policy (run folder: config, model, VecNormalize stats, TensorBoard)")
+    p = sub.add_parser("train", help="train a PPO policy: MaskablePPO (SB3) or RLlib (run folder: config, model, TensorBoard, policy.onnx)")
     p.add_argument("--config", default=None, help="training config YAML (configs/train/*.yaml); optional with --resume")
     p.add_argument("--out", required=True, help="the run folder, e.g. runs/NAME")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's newest checkpoint")
-    p.add_argument("--verbose", type=int, default=0, choices=[0, 1], help="1: print SB3's table every rollout")
+    p.add_argument("--engine", default="sb3", choices=["sb3", "rllib"],
+                   help="sb3: MaskablePPO in this process (default); rllib: PPO on Ray RLlib (extra 'distributed', configs/train/rllib_*.yaml)")
+    p.add_argument("--address", default=None, help="rllib: Ray cluster to join (default: rllib.address of the config, RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--verbose", type=int, default=0, choices=[0, 1], help="1: print SB3's table every rollout (rllib: the Ray workers' logs)")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("export-policy", help="export a training run's policy (with its normalization) to ONNX")
     p.add_argument("--run", required=True, help="the run folder")

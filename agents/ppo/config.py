@@ -245,9 +245,12 @@ def _section(source: str, prefix: str, cls: type, raw: Any) -> Any:
     return cls(**values)
 
 
-def config_from_dict(raw: Any, source: str = "<memory>") -> TrainConfig:
-    """A checked :class:`TrainConfig` from plain values (missing fields take their defaults)."""
-    config = _section(source, "", TrainConfig, raw or {})
+def config_from_dict(raw: Any, source: str = "<memory>", cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
+    """A checked :class:`TrainConfig` from plain values (missing fields take their defaults).
+
+    :param cls: TrainConfig or a subclass adding sections (the RLlib engine's)
+    """
+    config = _section(source, "", cls, raw or {})
     from rlsched.agents.baselines import POLICIES
 
     teachers = [*POLICIES, "family-static-best", "planner-true-rates"]
@@ -258,8 +261,8 @@ def config_from_dict(raw: Any, source: str = "<memory>") -> TrainConfig:
     return config
 
 
-def load_config(path: str | Path) -> TrainConfig:
-    """Read and check a training config file."""
+def load_config(path: str | Path, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
+    """Read and check a training config file (``cls``: as in :func:`config_from_dict`)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(path, "file", str(path), "no such config file")
@@ -267,4 +270,4 @@ def load_config(path: str | Path) -> TrainConfig:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(path, "file", str(path), f"not valid YAML: {exc}") from None
-    return config_from_dict(raw, str(path))
+    return config_from_dict(raw, str(path), cls)

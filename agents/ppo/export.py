@@ -38,7 +38,7 @@ OPSET = 17
 IR_VERSION = 8
 
 
-def _linear_layers(modules: list[object]) -> list[tuple[np.ndarray, np.ndarray, str | None]]:
+def linear_layers(modules: list[object]) -> list[tuple[np.ndarray, np.ndarray, str | None]]:
     """(weight, bias, activation op after it) of each Linear in a list of torch modules."""
     import torch
 
@@ -68,6 +68,23 @@ def build_onnx(model: object, obs_mean: np.ndarray | None, obs_var: np.ndarray |
     obs_dim = int(np.prod(policy.observation_space.shape))
     if not policy.share_features_extractor or type(policy.features_extractor).__name__ != "FlattenExtractor":
         raise ConfigError("policy", "features_extractor", type(policy.features_extractor).__name__, "only the default shared FlattenExtractor can be exported")
+    layers = linear_layers([*policy.mlp_extractor.policy_net.children(), policy.action_net])
+    return policy_graph(layers, nvec, obs_dim, obs_mean, obs_var, clip_obs, metadata)
+
+
+def policy_graph(layers: list[tuple[np.ndarray, np.ndarray, str | None]], nvec: list[int], obs_dim: int, obs_mean: np.ndarray | None,
+                 obs_var: np.ndarray | None, clip_obs: float, metadata: Mapping[str, str] = {}) -> onnx.ModelProto:
+    """The ONNX graph of any policy MLP (SB3's here, RLlib's in :mod:`rlsched.agents.rllib.export`).
+
+    :param layers: the MLP from observation to the logits of every level, as
+        :func:`linear_layers` lists it
+    :param nvec: levels of each MultiDiscrete component
+    :param obs_dim: observation features
+    :param obs_mean: running mean of the observation normalization (None: none)
+    :param obs_var: its running variance
+    :param clip_obs: clipping of normalized observations
+    :param metadata: extra string items stored in the model's metadata
+    """
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
 
@@ -82,7 +99,6 @@ def build_onnx(model: object, obs_mean: np.ndarray | None, obs_var: np.ndarray |
         nodes.append(helper.make_node("Div", ["centered", const("obs_std", std.astype(np.float32))], ["scaled"]))
         nodes.append(helper.make_node("Clip", ["scaled", const("clip_low", np.float32(-clip_obs)), const("clip_high", np.float32(clip_obs))], ["normalized"]))
         x = "normalized"
-    layers = _linear_layers([*policy.mlp_extractor.policy_net.children(), policy.action_net])
     for i, (weight, bias, activation) in enumerate(layers):
         out = f"linear_{i}"
         nodes.append(helper.make_node("Gemm", [x, const(f"weight_{i}", weight), const(f"bias_{i}", bias)], [out], transB=1))
