@@ -7,7 +7,8 @@ Two modes:
     .venv/bin/python scripts/bench_train.py --config configs/train/ppo_default.yaml --steps 8192
     # the same with RLlib (extra "distributed"; make install-distributed)
     .venv-distributed/bin/python scripts/bench_train.py --engine rllib --config configs/train/rllib_ppo.yaml --steps 8192
-    # an existing run folder: its throughput and when its evaluations reached --level
+    # an existing run folder: its throughput, when its evaluations reached --level, and the
+    # wall time of each warm-start round (DAgger fit) with its validation Goodput
     .venv/bin/python scripts/bench_train.py --run runs/NAME [--level GOODPUT_PER_STEP]
 
 Throughput is ``perf/steps_per_s`` (environment steps per wall second, rollouts and updates
@@ -38,6 +39,24 @@ def read_run(run_dir: Path) -> dict[str, list[tuple[float, int, float]]]:
     return series
 
 
+def _warm_start_rounds(run_dir: Path) -> list[dict[str, float]]:
+    """Wall seconds from the run's start (its config.yaml) to each warm-start fit's
+    validation, with the validation Goodput per decision step (``tb/pretrain``)."""
+    import yaml
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    if not (run_dir / "tb" / "pretrain").exists():
+        return []
+    accumulator = EventAccumulator(str(run_dir / "tb" / "pretrain"))
+    accumulator.Reload()
+    if "pretrain/validation_goodput" not in accumulator.Tags()["scalars"]:
+        return []
+    start = (run_dir / "config.yaml").stat().st_mtime
+    steps = yaml.safe_load((run_dir / "config.yaml").read_text())["max_episode_steps"]
+    return [{"round": e.step, "wall_s": round(e.wall_time - start, 1), "validation_goodput_per_step": round(e.value / steps, 1)}
+            for e in accumulator.Scalars("pretrain/validation_goodput")]
+
+
 def report(run_dir: Path, level: float | None) -> dict[str, object]:
     """Throughput and, with ``level``, the first evaluation at or above it."""
     series = read_run(run_dir)
@@ -49,6 +68,9 @@ def report(run_dir: Path, level: float | None) -> dict[str, object]:
         "steps_per_s_mean": sum(speeds) / len(speeds) if speeds else None,
         "evaluations": [{"wall_s": round(w - start, 1), "step": s, "goodput_per_step": round(v, 1)} for w, s, v in evals] if start else [],
     }
+    warm_start = _warm_start_rounds(run_dir)
+    if warm_start:
+        out["warm_start"] = warm_start
     if level is not None:
         reached = next(((w, s) for w, s, v in evals if v >= level), None)
         out["level"] = level

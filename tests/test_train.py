@@ -50,13 +50,16 @@ def test_shipped_training_configs_load():
 
     for path in (ROOT / "configs" / "train").glob("*.yaml"):
         config = load_config(path, RllibTrainConfig if path.name.startswith("rllib_") else TrainConfig)
-        assert config.total_timesteps > 0 and config.to_dict() == config_from_dict(config.to_dict(), cls=type(config)).to_dict()  # round-trips
+        # Training does something: PPO steps, or a warm start (the default ships one alone).
+        assert (config.total_timesteps > 0 or config.pretrain.teacher) and config.to_dict() == config_from_dict(config.to_dict(), cls=type(config)).to_dict()  # round-trips
 
 
 @pytest.mark.parametrize(("raw", "field", "reason"), [
     ({"n_stepz": 3}, "n_stepz", "unknown field"),
     ({"ppo": {"gamma": 1.5}}, "ppo.gamma", "within [0, 1]"),
     ({"n_envs": 0}, "n_envs", "> 0"),
+    ({"total_timesteps": -1}, "total_timesteps", ">= 0"),
+    ({"total_timesteps": 0}, "total_timesteps", "name a pretrain.teacher"),
     ({"vec_env": "ray"}, "vec_env", "allowed: subproc, dummy"),
     ({"ppo": {"net_arch": "64"}}, "ppo.net_arch", "expected a list"),
     ({"progress_bar": "yes"}, "progress_bar", "true or false"),
@@ -115,6 +118,32 @@ def test_tensorboard_has_the_custom_scalars_and_the_timeline_image(run):
     assert "eval/partition_timeline" in accumulator.Tags()["images"]
     attainment = [e.value for e in accumulator.Scalars("slo/attainment_high")]
     assert attainment and all(0.0 <= v <= 1.0 for v in attainment)
+
+
+def test_warm_start_rounds_are_in_tensorboard(run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run / "tb" / "pretrain"))
+    accumulator.Reload()
+    validation = accumulator.Scalars("pretrain/validation_goodput")
+    rounds = json.loads((run / "pretrain.json").read_text())["rounds"]
+    assert [e.step for e in validation] == [0, 1]
+    assert [e.value for e in validation] == pytest.approx([r["pretrain/validation_goodput"] for r in rounds], rel=1e-6)
+
+
+def test_zero_ppo_steps_ship_the_warm_start(tmp_path):
+    from rlsched.agents.onnx_policy import OnnxPolicy
+    from rlsched.agents.ppo.export import export_run
+    from rlsched.agents.ppo.train import train
+
+    config = {**SMOKE, "total_timesteps": 0, "pretrain": {**SMOKE["pretrain"], "dagger_iterations": 0}}
+    run_dir = train(_write(tmp_path, config), tmp_path / "run", perf_model="toy")
+    exported = OnnxPolicy.load(export_run(run_dir))
+    student = OnnxPolicy.load(run_dir / "pretrain" / "student_0.onnx")
+    rng = np.random.default_rng(0)
+    observations = rng.random((200, exported.obs_dim), dtype=np.float32)
+    # No PPO step ran: the exported policy is the warm-start student itself.
+    assert np.array_equal(exported.act(observations), student.act(observations))
 
 
 def test_resume_continues_from_the_newest_checkpoint(run, tmp_path):

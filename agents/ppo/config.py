@@ -117,7 +117,7 @@ class TrainConfig:
     eval_scenario: str = "default"
     """scenario of the periodic evaluation (no randomization)"""
     total_timesteps: int = 200_000
-    """environment steps to train for, all environments together"""
+    """PPO environment steps to train for, all environments together (0: the warm start only)"""
     n_envs: int = 2
     """parallel environments"""
     vec_env: str = "subproc"
@@ -169,7 +169,7 @@ class TrainConfig:
 #: Allowed values of string fields.
 CHOICES: dict[str, tuple[str, ...]] = {"vec_env": ("subproc", "dummy"), "ppo.activation": ("tanh", "relu")}
 #: Fields that must be > 0 (others numeric must be >= 0).
-POSITIVE = {"total_timesteps", "n_envs", "max_episode_steps", "eval_freq", "eval_episodes", "checkpoint_freq", "clip_obs",
+POSITIVE = {"n_envs", "max_episode_steps", "eval_freq", "eval_episodes", "checkpoint_freq", "clip_obs",
             "ppo.learning_rate", "ppo.n_steps", "ppo.batch_size", "ppo.n_epochs", "ppo.clip_range", "ppo.max_grad_norm",
             "pretrain.episodes", "pretrain.family_draws", "pretrain.epochs", "pretrain.learning_rate", "pretrain.batch_size",
             "pretrain.dagger_episodes", "pretrain.workers", "pretrain.validation_episodes"}
@@ -253,6 +253,8 @@ def config_from_dict(raw: Any, source: str = "<memory>", cls: type[TrainConfig] 
     config = _section(source, "", cls, raw or {})
     from rlsched.agents.baselines import POLICIES
 
+    if config.total_timesteps == 0 and not config.pretrain.teacher:
+        raise ConfigError(source, "total_timesteps", 0, "0 PPO steps ships the warm start: name a pretrain.teacher, or train for > 0 steps")
     teachers = [*POLICIES, "family-static-best", "planner-true-rates"]
     if config.pretrain.teacher and config.pretrain.teacher not in teachers:
         raise ConfigError(source, "pretrain.teacher", config.pretrain.teacher, f"allowed: {', '.join(teachers)} (or empty: no warm start)")

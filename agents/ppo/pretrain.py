@@ -208,7 +208,7 @@ def _component_masks(env: GpuShareEnv, mask: np.ndarray) -> tuple[np.ndarray, ..
 def warm_start(model: object, venv: object, demos: Demonstrations, epochs: int, learning_rate: float, batch_size: int, gamma: float) -> dict[str, float]:
     """Fit ``model``'s policy to the demonstrations (cross-entropy) and its value network to
     their returns; sets ``venv``'s (VecNormalize) observation and return statistics to theirs.
-    Called again after each DAgger round, it continues from the current weights.
+    Called again after each DAgger round, on all demonstrations so far.
 
     :returns: ``pretrain/accuracy`` (fraction of steps whose whole action the deterministic
         policy reproduces) and ``pretrain/policy_loss`` after the last epoch
