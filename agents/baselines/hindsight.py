@@ -149,8 +149,9 @@ class TrueRatePlanner(Policy):
     Reads each tenant's arrival intensity for the next :data:`ORACLE_LOOKAHEAD` intervals
     from the replayed simulator's arrival processes
     (:meth:`~rlsched.simulator.node.NodeSimulator.upcoming_rates_rps`; no draws), adds the
-    queued requests, and plans with :class:`~rlsched.solver.planner.Planner`. Only valid on
-    a private replay environment with the simulator backend.
+    queued requests, and plans with :class:`~rlsched.solver.planner.Planner`. Needs the
+    simulator backend (it reads the future): the oracle runs it on a private replay, the
+    warm start as a teacher on training draws (``pretrain.teacher: planner-true-rates``).
     """
 
     name = "planner-true-rates"

@@ -173,8 +173,10 @@ def collect(family: ScenarioFamily, teacher: str, episodes: int, max_steps: int,
 
     from rlsched.simulator.run import load_performance_model
 
-    model = load_performance_model(perf_model) if isinstance(perf_model, str) else perf_model
-    fixed = family_static_best(family, family_draws, seed + 1_000, model) if teacher == FAMILY_STATIC_BEST else None
+    fixed = None
+    if teacher == FAMILY_STATIC_BEST:
+        model = load_performance_model(perf_model) if isinstance(perf_model, str) else perf_model
+        fixed = family_static_best(family, family_draws, seed + 1_000, model)
     jobs = [_EpisodeJob(family, teacher, fixed, seed + k, max_steps, perturbation, None if student is None else str(student), perf_model)
             for k in range(episodes)]
     bar = tqdm(total=episodes, desc="demonstrations" if student is None else "DAgger", unit="episode", disable=not progress)
