@@ -150,7 +150,7 @@ def _episode(job: _EpisodeJob) -> tuple[Demonstrations, float]:
 
 def collect(family: ScenarioFamily, teacher: str, episodes: int, max_steps: int, seed: int, perf_model: str | PerformanceModelLike,
             perturbation: float = 0.0, family_draws: int = 8, student: str | Path | None = None, workers: int = 1,
-            progress: bool = False) -> tuple[Demonstrations, list[float]]:
+            progress: bool = False, teacher_seed: int | None = None) -> tuple[Demonstrations, list[float]]:
     """Run ``episodes`` episodes on random draws of ``family``, every step labelled with the
     teacher's decision; returns the demonstrations and each episode's objective.
 
@@ -168,6 +168,8 @@ def collect(family: ScenarioFamily, teacher: str, episodes: int, max_steps: int,
     :param workers: processes running episodes in parallel (the Goodput-MILP teacher takes
         ~50 ms a step, so collecting is the slow part of a warm start)
     :param progress: show a progress bar over the episodes
+    :param teacher_seed: seed of the draws :func:`family_static_best` chooses on (default
+        ``seed + 1000``; DAgger rounds pass one seed so that every round has the same teacher)
     """
     from tqdm import tqdm
 
@@ -176,7 +178,7 @@ def collect(family: ScenarioFamily, teacher: str, episodes: int, max_steps: int,
     fixed = None
     if teacher == FAMILY_STATIC_BEST:
         model = load_performance_model(perf_model) if isinstance(perf_model, str) else perf_model
-        fixed = family_static_best(family, family_draws, seed + 1_000, model)
+        fixed = family_static_best(family, family_draws, seed + 1_000 if teacher_seed is None else teacher_seed, model)
     jobs = [_EpisodeJob(family, teacher, fixed, seed + k, max_steps, perturbation, None if student is None else str(student), perf_model)
             for k in range(episodes)]
     bar = tqdm(total=episodes, desc="demonstrations" if student is None else "DAgger", unit="episode", disable=not progress)

@@ -140,8 +140,9 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
     family = ScenarioFamily(config.scenario, config.randomization)
     validation_env = GpuShareEnv(config.eval_scenario, perf_model=perf_model)
     seed = config.seed + 20_000
+    teacher_seed = seed + 1_000  # one family-static-best configuration for every round
     demos, objectives = collect(family, p.teacher, p.episodes, config.max_episode_steps, seed, perf_model, p.perturbation, p.family_draws,
-                                workers=p.workers, progress=config.progress_bar)
+                                workers=p.workers, progress=config.progress_bar, teacher_seed=teacher_seed)
     teacher_goodput = float(np.mean(objectives))
     # One point per round (x axis: the round) in TensorBoard, next to PPO's scalars.
     writer = SummaryWriter(str(run_dir / "tb" / "pretrain"))
@@ -169,7 +170,7 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
             break
         seed += max(p.episodes, p.dagger_episodes)  # fresh draws every round
         new, objectives = collect(family, p.teacher, p.dagger_episodes, config.max_episode_steps, seed, perf_model, p.dagger_perturbation, p.family_draws,
-                                  student=student, workers=p.workers, progress=config.progress_bar)
+                                  student=student, workers=p.workers, progress=config.progress_bar, teacher_seed=teacher_seed)
         rounds[-1]["pretrain/student_goodput"] = float(np.mean(objectives))  # this student, acting on training draws
         writer.add_scalar("pretrain/student_goodput", rounds[-1]["pretrain/student_goodput"], round_)
         demos = Demonstrations.concatenate([demos, new])
