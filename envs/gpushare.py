@@ -89,7 +89,7 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
     def _whole_gpu_capacity_rps(self, tenant_name: str) -> float:
         """Requests/s the whole GPU (no MIG) serves for an inference tenant at its ``max_batch``
         (the performance model's prediction: the scale of the ``load`` observations)."""
-        tenant = next(t for t in self.scenario.tenants if t.name == tenant_name)
+        tenant = self.scenario.tenant(tenant_name)
         return float(self.backend.perf_model.predict(self.scenario.gpu, tenant.model, tenant.max_batch).throughput_per_s)
 
     def _check_every_action_is_executable(self) -> None:

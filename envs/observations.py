@@ -7,7 +7,6 @@ vector fits a ``Box(0, 1)`` whatever the load (NaN, e.g. no request completed, r
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -48,17 +47,17 @@ class ObservationEncoder:
 
     :param scenario: the node and its tenants
     :param memory_gib: ``(tenant, batch) -> GiB`` the tenant needs (for the GPUs' memory use)
-    :param capacity_rps: ``tenant -> requests/s`` one whole GPU serves for it (the
-        ``load`` features divide arrival rates by it; None: they read 0)
+    :param capacity_rps: ``inference tenant -> requests/s`` one whole GPU serves for it (the
+        ``load`` features divide arrival rates by it)
     """
 
-    def __init__(self, scenario: Scenario, memory_gib: Callable[[str, int], float], capacity_rps: Callable[[str], float] | None = None) -> None:
+    def __init__(self, scenario: Scenario, memory_gib: Callable[[str, int], float], capacity_rps: Callable[[str], float]) -> None:
         self.scenario = scenario
         self.memory_gib = memory_gib
         # The rate features are relative to the tenant's own long-run mean, which hides how
         # heavy the load is; the load features say it in whole GPUs (what the planner
         # decides from: absolute rates against the capacity of each slice).
-        self.capacity_rps = {t.name: capacity_rps(t.name) for t in scenario.tenants if isinstance(t, InferenceTenant)} if capacity_rps else {}
+        self.capacity_rps = {t.name: capacity_rps(t.name) for t in scenario.tenants if isinstance(t, InferenceTenant)}
         self.gpu = load_gpu(scenario.gpu)
         self.tenants = list(scenario.tenants)
         self.size = len(self.tenants) * len(TENANT_FEATURES) + scenario.gpu_count * len(GPU_FEATURES) + 1
@@ -109,7 +108,7 @@ class ObservationEncoder:
                 row[4] = m.get("slo_attainment", 1.0)
                 row[5] = m.get("utilization", 0.0)
                 row[14] = t.slo_ms / SLO_SCALE_MS
-                capacity = self.capacity_rps.get(t.name, math.inf)
+                capacity = self.capacity_rps[t.name]
                 row[22] = m.get("arrival_rate_rps", 0.0) / capacity
                 row[23] = m.get("arrival_rate_ewma_rps", 0.0) / capacity
             elif isinstance(t, ContinualLearningJob):

@@ -175,7 +175,7 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
         writer.add_scalar("pretrain/student_goodput", rounds[-1]["pretrain/student_goodput"], round_)
         demos = Demonstrations.concatenate([demos, new])
     writer.close()
-    validation, round_, weights, venv.obs_rms, venv.ret_rms = best
+    _, round_, weights, venv.obs_rms, venv.ret_rms = best
     model.policy.load_state_dict(weights)
     summary = {key: value for key, value in rounds[round_].items() if key.startswith("pretrain/")}
     return {**summary, "pretrain/teacher_goodput": teacher_goodput, "pretrain/best_round": float(round_), "pretrain/dagger_rounds": float(p.dagger_iterations)}, rounds
