@@ -96,7 +96,8 @@ def test_aggregated_attainment_is_a_ratio_of_sums():
 def test_run_folder_holds_config_stats_model_checkpoints_and_timelines(run):
     assert yaml.safe_load((run / "config.yaml").read_text()) == config_from_dict(SMOKE).to_dict()
     for name in ("model.zip", "vecnormalize.pkl", "best/best_model.zip", "best/vecnormalize.pkl", "pretrain.json", "evaluations.npz",
-                 "checkpoints/ppo_128_steps.zip", "checkpoints/ppo_vecnormalize_128_steps.pkl", "timelines/step_0.png", "pretrain/student_0.onnx", "pretrain/student_1.onnx"):
+                 "checkpoints/ppo_128_steps.zip", "checkpoints/ppo_vecnormalize_128_steps.pkl", "timelines/step_0.png", "pretrain/student_0.onnx", "pretrain/student_1.onnx",
+                 "pretrain/demonstrations_0.npz", "pretrain/demonstrations_1.npz"):
         assert (run / name).stat().st_size > 0, name
     fit = json.loads((run / "pretrain.json").read_text())
     assert fit["pretrain/dagger_rounds"] == 1 and [r["round"] for r in fit["rounds"]] == [0, 1] and 0 <= fit["pretrain/accuracy"] <= 1
@@ -230,6 +231,46 @@ def test_perturbed_demonstrations_keep_the_teachers_labels():
     assert len(np.unique(calm.actions, axis=0)) == 1 and np.array_equal(np.unique(noisy.actions, axis=0), np.unique(calm.actions, axis=0))
     assert len(noisy.observations) == 6 and noisy.masks.shape == (6, int(np.sum(calm.masks[0].size)))
     assert not np.array_equal(noisy.observations[1:], calm.observations[1:])  # random actions went elsewhere
+
+
+def test_demonstrations_round_trip_and_a_foreign_file_is_a_clear_error(tmp_path):
+    from rlsched.agents.ppo.family import ScenarioFamily
+    from rlsched.agents.ppo.pretrain import Demonstrations, collect
+
+    demos, _ = collect(ScenarioFamily(TINY, RandomizationConfig()), "static-equal", 2, 6, 0, "toy")
+    demos.save(tmp_path / "d.npz")
+    back = Demonstrations.load(tmp_path / "d.npz")
+    for field in ("observations", "actions", "masks"):
+        assert np.array_equal(getattr(back, field), getattr(demos, field)) and getattr(back, field).dtype == getattr(demos, field).dtype
+    assert [r.tolist() for r in back.episode_rewards] == [r.tolist() for r in demos.episode_rewards] and len(back.episode_rewards) == 2
+    np.savez(tmp_path / "foreign.npz", observations=np.zeros(3))
+    with pytest.raises(ConfigError, match="foreign.npz.*not a demonstrations file"):
+        Demonstrations.load(tmp_path / "foreign.npz")
+    with pytest.raises(ConfigError, match="no such demonstrations file"):
+        Demonstrations.load(tmp_path / "missing.npz")
+
+
+REFIT = ROOT / "scripts" / "refit_student.py"
+
+
+def test_refit_student_fits_a_runs_saved_labels(run, tmp_path):
+    import subprocess
+    import sys
+
+    from rlsched.agents.onnx_policy import OnnxPolicy
+    from rlsched.agents.ppo.pretrain import Demonstrations
+
+    out = tmp_path / "refit.onnx"
+    done = subprocess.run([sys.executable, str(REFIT), str(run), "--rounds", "0", "--epochs", "1", "--seed", "3", "--validation-episodes", "1",
+                           "--perf-model", "toy", "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["samples"] == len(Demonstrations.load(run / "pretrain" / "demonstrations_0.npz").actions) and result["rounds"] == [0]
+    assert np.isfinite(result["pretrain/validation_goodput"]) and 0 <= result["pretrain/accuracy"] <= 1
+    assert OnnxPolicy.load(out).obs_dim == OnnxPolicy.load(run / "pretrain" / "student_0.onnx").obs_dim
+    bad = subprocess.run([sys.executable, str(REFIT), str(run), "--rounds", "0,7", "--perf-model", "toy", "--out", str(tmp_path / "x.onnx")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--rounds" in bad.stderr and "saved rounds: [0, 1]" in bad.stderr and not (tmp_path / "x.onnx").exists()
 
 
 def test_dagger_student_acts_and_the_teacher_labels(run):

@@ -25,6 +25,8 @@ from rlsched.agents.baselines import Decision, Policy, apply, make_policy
 from rlsched.agents.ppo.family import ScenarioFamily
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.errors import ConfigError
+from rlsched.fileio import write_bytes_atomically
 from rlsched.simulator.perf import PerformanceModelLike
 
 
@@ -48,6 +50,32 @@ class Demonstrations:
         """One set of demonstrations holding every part's steps and episodes."""
         return Demonstrations(np.concatenate([p.observations for p in parts]), np.concatenate([p.actions for p in parts]),
                               np.concatenate([p.masks for p in parts]), [r for p in parts for r in p.episode_rewards])
+
+    def save(self, path: str | Path) -> None:
+        """Write them to an ``.npz`` file (atomically): the labels cost a teacher decision
+        each (~50 ms for the planner), so refits (:mod:`scripts.refit_student`) reuse them."""
+        import io
+
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, observations=self.observations, actions=self.actions, masks=self.masks,
+                            rewards=np.concatenate(self.episode_rewards) if self.episode_rewards else np.zeros(0),
+                            episode_lengths=np.array([len(r) for r in self.episode_rewards], dtype=np.int64))
+        write_bytes_atomically(path, buffer.getvalue())
+
+    @staticmethod
+    def load(path: str | Path) -> Demonstrations:
+        """The demonstrations :meth:`save` wrote; a clear error for a missing or foreign file."""
+        try:
+            with np.load(path) as data:
+                observations, actions, masks = data["observations"], data["actions"], data["masks"]
+                rewards, lengths = data["rewards"], data["episode_lengths"]
+        except FileNotFoundError:
+            raise ConfigError(path, "file", str(path), "no such demonstrations file") from None
+        except (KeyError, ValueError, OSError) as exc:
+            raise ConfigError(path, "file", str(path), f"not a demonstrations file written by Demonstrations.save: {exc}") from None
+        if not len(observations) == len(actions) == len(masks) == int(lengths.sum()) == len(rewards):
+            raise ConfigError(path, "episode_lengths", int(lengths.sum()), f"the file holds {len(observations)} steps")
+        return Demonstrations(observations, actions, masks, np.split(rewards, np.cumsum(lengths)[:-1]) if len(lengths) else [])
 
 
 def _label(env: GpuShareEnv, decision: Decision) -> np.ndarray:

@@ -83,6 +83,18 @@ def make_vec_env(config: TrainConfig, perf_model: str = "calibrated") -> VecEnv:
     return DummyVecEnv(factories)
 
 
+def new_model(config: TrainConfig, venv: VecEnv, seed: int, tensorboard_dir: Path | None = None, verbose: int = 0) -> MaskablePPO:
+    """A freshly initialized MaskablePPO with the config's hyper-parameters and network."""
+    p = config.ppo
+    return MaskablePPO(
+        "MlpPolicy", venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size, n_epochs=p.n_epochs,
+        gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
+        max_grad_norm=p.max_grad_norm, seed=seed, device=config.device, verbose=verbose,
+        tensorboard_log=None if tensorboard_dir is None else str(tensorboard_dir),
+        policy_kwargs={"net_arch": {"pi": list(p.net_arch), "vf": list(p.net_arch)}, "activation_fn": ACTIVATIONS[p.activation]},
+    )
+
+
 def latest_checkpoint(run_dir: Path) -> tuple[Path, Path, int] | None:
     """(model, VecNormalize stats, steps) of the newest checkpoint in the run folder, or None."""
     found = []
@@ -120,8 +132,9 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
     """Behaviour cloning of the configured teacher, then its DAgger rounds (see
     :mod:`rlsched.agents.ppo.pretrain`).
 
-    Each fit's student is kept as ``pretrain/student_<round>.onnx`` and validated on
-    ``eval_scenario``; the model and its normalization end as the best validated student
+    Each round's new labels are kept as ``pretrain/demonstrations_<round>.npz`` (for refits:
+    ``scripts/refit_student.py``), each fit's student as ``pretrain/student_<round>.onnx``,
+    validated on ``eval_scenario``; the model and its normalization end as the best validated student
     (a refit on more labels does not always decide better on whole episodes).
 
     Every round's ``pretrain/*`` values also go to TensorBoard (``tb/pretrain``, step = round).
@@ -132,7 +145,6 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
 
     from torch.utils.tensorboard import SummaryWriter
 
-    from rlsched.agents.evaluation import run_episode
     from rlsched.agents.ppo.export import build_onnx
     from rlsched.agents.ppo.pretrain import Demonstrations, collect, warm_start
 
@@ -143,6 +155,7 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
     teacher_seed = seed + 1_000  # one family-static-best configuration for every round
     demos, objectives = collect(family, p.teacher, p.episodes, config.max_episode_steps, seed, perf_model, p.perturbation, p.family_draws,
                                 workers=p.workers, progress=config.progress_bar, teacher_seed=teacher_seed)
+    demos.save(run_dir / PRETRAIN_DIR / "demonstrations_0.npz")
     teacher_goodput = float(np.mean(objectives))
     # One point per round (x axis: the round) in TensorBoard, next to PPO's scalars.
     writer = SummaryWriter(str(run_dir / "tb" / "pretrain"))
@@ -158,7 +171,7 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
         fit = warm_start(model, venv, demos, p.epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
         student = run_dir / PRETRAIN_DIR / f"student_{round_}.onnx"
         write_bytes_atomically(student, build_onnx(model, venv.obs_rms.mean, venv.obs_rms.var, venv.clip_obs).SerializeToString())
-        validation = float(np.mean([run_episode(validation_env, f"ppo:{student}", config.seed + 10_000 + k).goodput for k in range(p.validation_episodes)]))
+        validation = _validation_goodput(config, validation_env, student, p.validation_episodes)
         rounds.append({"round": float(round_), "samples": float(len(demos.actions)), **fit, "pretrain/validation_goodput": validation})
         for key, value in rounds[-1].items():
             if key.startswith("pretrain/"):
@@ -171,6 +184,7 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
         seed += max(p.episodes, p.dagger_episodes)  # fresh draws every round
         new, objectives = collect(family, p.teacher, p.dagger_episodes, config.max_episode_steps, seed, perf_model, p.dagger_perturbation, p.family_draws,
                                   student=student, workers=p.workers, progress=config.progress_bar, teacher_seed=teacher_seed)
+        new.save(run_dir / PRETRAIN_DIR / f"demonstrations_{round_ + 1}.npz")
         rounds[-1]["pretrain/student_goodput"] = float(np.mean(objectives))  # this student, acting on training draws
         writer.add_scalar("pretrain/student_goodput", rounds[-1]["pretrain/student_goodput"], round_)
         demos = Demonstrations.concatenate([demos, new])
@@ -179,6 +193,55 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
     model.policy.load_state_dict(weights)
     summary = {key: value for key, value in rounds[round_].items() if key.startswith("pretrain/")}
     return {**summary, "pretrain/teacher_goodput": teacher_goodput, "pretrain/best_round": float(round_), "pretrain/dagger_rounds": float(p.dagger_iterations)}, rounds
+
+
+def _validation_goodput(config: TrainConfig, env: GpuShareEnv, student: Path, episodes: int) -> float:
+    """Mean episode Goodput of an exported student on ``eval_scenario`` (seeds ``seed + 10,000`` on)."""
+    from rlsched.agents.evaluation import run_episode
+
+    return float(np.mean([run_episode(env, f"ppo:{student}", config.seed + 10_000 + k).goodput for k in range(episodes)]))
+
+
+def refit_student(run_dir: str | Path, out: str | Path, rounds: list[int] | None = None, epochs: int | None = None, seed: int | None = None,
+                  validation_episodes: int | None = None, perf_model: str = "calibrated") -> dict[str, float]:
+    """Fit a fresh student to a run's saved warm-start labels and validate it, without asking
+    the teacher again (the planner's labels are the slow part of a run).
+
+    :param run_dir: a run folder whose warm start saved ``pretrain/demonstrations_<round>.npz``
+    :param out: the student's .onnx file
+    :param rounds: which rounds' labels to fit (default: all saved)
+    :param epochs: passes over the labels (default: the run's ``pretrain.epochs``)
+    :param seed: initialization seed (default: the run's ``seed``)
+    :param validation_episodes: episodes on ``eval_scenario`` (default: the run's)
+    :returns: samples, the fit's ``pretrain/*`` values and ``pretrain/validation_goodput``
+    """
+    from rlsched.agents.ppo.export import build_onnx
+    from rlsched.agents.ppo.pretrain import Demonstrations, warm_start
+
+    run_dir = Path(run_dir)
+    config = load_config(run_dir / CONFIG_FILE)
+    p = config.pretrain
+    saved = {int(m.group(1)): path for path in (run_dir / PRETRAIN_DIR).glob("demonstrations_*.npz") if (m := re.fullmatch(r"demonstrations_(\d+)\.npz", path.name))}
+    if not saved:
+        raise ConfigError(run_dir, PRETRAIN_DIR, str(run_dir / PRETRAIN_DIR), "no saved demonstrations (a run with a pretrain.teacher saves them)")
+    rounds = sorted(saved) if rounds is None else rounds
+    missing = [r for r in rounds if r not in saved]
+    if missing or not rounds:
+        raise ConfigError(run_dir, "--rounds", rounds, f"saved rounds: {sorted(saved)}")
+    for name, value in (("--epochs", epochs), ("--validation-episodes", validation_episodes)):
+        if value is not None and value < 1:
+            raise ConfigError("refit", name, value, "must be >= 1")
+    demos = Demonstrations.concatenate([Demonstrations.load(saved[r]) for r in rounds])
+    torch.set_num_threads(1)
+    venv = VecNormalize(DummyVecEnv([_eval_env_factory(config, perf_model)]), norm_obs=config.normalize_obs, norm_reward=config.normalize_reward,
+                        clip_obs=config.clip_obs, gamma=config.ppo.gamma)
+    model = new_model(config, venv, config.seed if seed is None else seed)
+    fit = warm_start(model, venv, demos, p.epochs if epochs is None else epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
+    out = Path(out)
+    write_bytes_atomically(out, build_onnx(model, venv.obs_rms.mean, venv.obs_rms.var, venv.clip_obs).SerializeToString())
+    validation_env = GpuShareEnv(config.eval_scenario, perf_model=perf_model)
+    episodes = p.validation_episodes if validation_episodes is None else validation_episodes
+    return {"samples": float(len(demos.actions)), **fit, "pretrain/validation_goodput": _validation_goodput(config, validation_env, out, episodes)}
 
 
 def _save_atomically(save: Callable[[Path], object], path: Path) -> None:
@@ -214,13 +277,7 @@ def train(config_path: str | Path | None, run_dir: str | Path, resume: bool = Fa
         if resume:
             raise ConfigError(run_dir, CHECKPOINT_DIR, str(run_dir / CHECKPOINT_DIR), "no checkpoint to resume from")
         venv = VecNormalize(venv, norm_obs=config.normalize_obs, norm_reward=config.normalize_reward, clip_obs=config.clip_obs, gamma=config.ppo.gamma)
-        p = config.ppo
-        model = MaskablePPO(
-            "MlpPolicy", venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size, n_epochs=p.n_epochs,
-            gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
-            max_grad_norm=p.max_grad_norm, seed=config.seed, device=config.device, verbose=verbose, tensorboard_log=str(run_dir / "tb"),
-            policy_kwargs={"net_arch": {"pi": list(p.net_arch), "vf": list(p.net_arch)}, "activation_fn": ACTIVATIONS[p.activation]},
-        )
+        model = new_model(config, venv, config.seed, run_dir / "tb", verbose)
         if config.pretrain.teacher:
             pretrain_metrics, rounds = _warm_start(config, model, venv, perf_model, run_dir)
             write_text_atomically(run_dir / PRETRAIN_FILE, json.dumps({**pretrain_metrics, "rounds": rounds}, indent=2) + "\n")
