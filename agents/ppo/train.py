@@ -26,6 +26,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -42,6 +43,9 @@ from rlsched.agents.ppo.family import FamilyEnv, ScenarioFamily
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_bytes_atomically, write_text_atomically
+
+if TYPE_CHECKING:
+    from rlsched.agents.ppo.pretrain import Demonstrations
 
 CONFIG_FILE = "config.yaml"
 PRETRAIN_FILE = "pretrain.json"
@@ -145,8 +149,7 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
 
     from torch.utils.tensorboard import SummaryWriter
 
-    from rlsched.agents.ppo.export import build_onnx
-    from rlsched.agents.ppo.pretrain import Demonstrations, collect, warm_start
+    from rlsched.agents.ppo.pretrain import Demonstrations, collect
 
     p = config.pretrain
     family = ScenarioFamily(config.scenario, config.randomization)
@@ -168,11 +171,10 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
             # passes over-trained the student (accuracy 0.96 on its labels, fewer right
             # decisions on held-out traces than a 30-epoch fit from scratch).
             model.policy._build(model.lr_schedule)  # noqa: SLF001  SB3's own initialization
-        fit = warm_start(model, venv, demos, p.epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
         student = run_dir / PRETRAIN_DIR / f"student_{round_}.onnx"
-        write_bytes_atomically(student, build_onnx(model, venv.obs_rms.mean, venv.obs_rms.var, venv.clip_obs).SerializeToString())
-        validation = _validation_goodput(config, validation_env, student, p.validation_episodes)
-        rounds.append({"round": float(round_), "samples": float(len(demos.actions)), **fit, "pretrain/validation_goodput": validation})
+        fit = _fit_student(config, model, venv, demos, p.epochs, student, validation_env, p.validation_episodes)
+        validation = fit["pretrain/validation_goodput"]
+        rounds.append({"round": float(round_), **fit})
         for key, value in rounds[-1].items():
             if key.startswith("pretrain/"):
                 writer.add_scalar(key, value, round_)
@@ -195,11 +197,19 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
     return {**summary, "pretrain/teacher_goodput": teacher_goodput, "pretrain/best_round": float(round_), "pretrain/dagger_rounds": float(p.dagger_iterations)}, rounds
 
 
-def _validation_goodput(config: TrainConfig, env: GpuShareEnv, student: Path, episodes: int) -> float:
-    """Mean episode Goodput of an exported student on ``eval_scenario`` (seeds ``seed + 10,000`` on)."""
+def _fit_student(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, demos: Demonstrations, epochs: int, out: Path,
+                 validation_env: GpuShareEnv, validation_episodes: int) -> dict[str, float]:
+    """Fit ``model`` to the demonstrations, export it to ``out`` and validate the export on
+    ``eval_scenario`` (mean episode Goodput, seeds ``seed + 10,000`` on)."""
     from rlsched.agents.evaluation import run_episode
+    from rlsched.agents.ppo.export import build_onnx
+    from rlsched.agents.ppo.pretrain import warm_start
 
-    return float(np.mean([run_episode(env, f"ppo:{student}", config.seed + 10_000 + k).goodput for k in range(episodes)]))
+    p = config.pretrain
+    fit = warm_start(model, venv, demos, epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
+    write_bytes_atomically(out, build_onnx(model, venv.obs_rms.mean, venv.obs_rms.var, venv.clip_obs).SerializeToString())
+    validation = float(np.mean([run_episode(validation_env, f"ppo:{out}", config.seed + 10_000 + k).goodput for k in range(validation_episodes)]))
+    return {"samples": float(len(demos.actions)), **fit, "pretrain/validation_goodput": validation}
 
 
 def refit_student(run_dir: str | Path, out: str | Path, rounds: list[int] | None = None, epochs: int | None = None, seed: int | None = None,
@@ -215,8 +225,7 @@ def refit_student(run_dir: str | Path, out: str | Path, rounds: list[int] | None
     :param validation_episodes: episodes on ``eval_scenario`` (default: the run's)
     :returns: samples, the fit's ``pretrain/*`` values and ``pretrain/validation_goodput``
     """
-    from rlsched.agents.ppo.export import build_onnx
-    from rlsched.agents.ppo.pretrain import Demonstrations, warm_start
+    from rlsched.agents.ppo.pretrain import Demonstrations
 
     run_dir = Path(run_dir)
     config = load_config(run_dir / CONFIG_FILE)
@@ -236,12 +245,9 @@ def refit_student(run_dir: str | Path, out: str | Path, rounds: list[int] | None
     venv = VecNormalize(DummyVecEnv([_eval_env_factory(config, perf_model)]), norm_obs=config.normalize_obs, norm_reward=config.normalize_reward,
                         clip_obs=config.clip_obs, gamma=config.ppo.gamma)
     model = new_model(config, venv, config.seed if seed is None else seed)
-    fit = warm_start(model, venv, demos, p.epochs if epochs is None else epochs, p.learning_rate, p.batch_size, config.ppo.gamma)
-    out = Path(out)
-    write_bytes_atomically(out, build_onnx(model, venv.obs_rms.mean, venv.obs_rms.var, venv.clip_obs).SerializeToString())
     validation_env = GpuShareEnv(config.eval_scenario, perf_model=perf_model)
-    episodes = p.validation_episodes if validation_episodes is None else validation_episodes
-    return {"samples": float(len(demos.actions)), **fit, "pretrain/validation_goodput": _validation_goodput(config, validation_env, out, episodes)}
+    return _fit_student(config, model, venv, demos, p.epochs if epochs is None else epochs, Path(out), validation_env,
+                        p.validation_episodes if validation_episodes is None else validation_episodes)
 
 
 def _save_atomically(save: Callable[[Path], object], path: Path) -> None:
