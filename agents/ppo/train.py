@@ -138,8 +138,9 @@ def _warm_start(config: TrainConfig, model: MaskablePPO, venv: VecNormalize, per
 
     Each round's new labels are kept as ``pretrain/demonstrations_<round>.npz`` (for refits:
     ``scripts/refit_student.py``), each fit's student as ``pretrain/student_<round>.onnx``,
-    validated on ``eval_scenario``; the model and its normalization end as the best validated student
-    (a refit on more labels does not always decide better on whole episodes).
+    validated on ``eval_scenario``; the model and its normalization end as the best
+    validated student (a refit on more labels does not always decide better on whole
+    episodes).
 
     Every round's ``pretrain/*`` values also go to TensorBoard (``tb/pretrain``, step = round).
 
