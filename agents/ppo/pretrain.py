@@ -53,7 +53,7 @@ class Demonstrations:
 
     def save(self, path: str | Path) -> None:
         """Write them to an ``.npz`` file (atomically): the labels cost a teacher decision
-        each (~50 ms for the planner), so refits (:mod:`scripts.refit_student`) reuse them."""
+        each (~50 ms for the planner), so refits (``scripts/refit_student.py``) reuse them."""
         import io
 
         buffer = io.BytesIO()
