@@ -177,6 +177,11 @@ def format_table(result: dict[str, Any]) -> str:
             f"| {cell(m['slo_attainment_high'], '.3f')} | {cell(m['latency_ms_p99'], '.1f')} | {cell(m['reconfigurations'], '.1f')} "
             f"| {cell(m['repair_rate'], '.2f')} | {cell(m['decision_ms_p50'], '.2f')} | {cell(m['decision_ms_p99'], '.2f')} |"
         )
+    for name, reports in result.get("reports", {}).items():
+        if reports and all(r and "planner_steps" in r for r in reports):
+            share = sum(r["planner_steps"] for r in reports) / max(1, sum(r["steps"] for r in reports))
+            lines.append(f"\n{name}: the planner (migrator-ilp) decided {share:.0%} of the steps, those whose action the policy "
+                         f"gave a probability below {reports[0]['planner_takeover_probability']:g}")
     return "\n".join(lines)
 
 

@@ -8,21 +8,31 @@ needs numpy and onnxruntime.
 ``ppo`` names the shipped default policy (:data:`SHIPPED_POLICY`, package data);
 ``ppo:PATH`` an ``.onnx`` file or a training run folder (its ``policy.onnx``, exported on
 first use when missing).
+
+The planner takes over when the policy is unsure: a file whose metadata sets
+``planner_takeover_probability`` p > 0 hands every step whose chosen action the network gives
+a probability below p to the Goodput-MILP planner (``migrator-ilp``), in ``rlsched eval`` and
+in the daemon alike; the episode report counts those steps.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from rlsched.agents.baselines.base import Policy
+from rlsched.agents.baselines.planners import MigratorIlp
+from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 
 #: The shipped default policy (trained on the default scenario family; see its README).
 SHIPPED_POLICY = Path(__file__).parent / "policies" / "default" / "policy.onnx"
+#: Metadata key of the probability below which the planner takes over (JSON number; absent: never).
+TAKEOVER_KEY = "planner_takeover_probability"
 
 
 class OnnxPolicy:
@@ -51,6 +61,15 @@ class OnnxPolicy:
         self.nvec = np.array(json.loads(meta["nvec"]), dtype=np.int64)
         self.obs_dim = int(json.loads(meta["obs_dim"]))
         self.metadata = dict(meta)
+        self.outputs = [output.name for output in self.session.get_outputs()]
+        try:
+            self.takeover_probability = float(json.loads(meta.get(TAKEOVER_KEY, "0")))
+        except (ValueError, TypeError):
+            self.takeover_probability = math.nan
+        if not 0.0 <= self.takeover_probability <= 1.0:
+            raise ConfigError(self.path, TAKEOVER_KEY, meta.get(TAKEOVER_KEY), "must be a number within [0, 1]")
+        if self.takeover_probability > 0 and "action_log_prob" not in self.outputs:
+            raise ConfigError(self.path, TAKEOVER_KEY, self.takeover_probability, "set, but the graph has no action_log_prob output (export it again)")
 
     @classmethod
     def load(cls, path: str | Path) -> OnnxPolicy:
@@ -64,6 +83,17 @@ class OnnxPolicy:
         :param action_mask: ``env.action_masks()``, bool ``[sum(nvec)]`` (or batched); None: all allowed
         :returns: MultiDiscrete levels, int64 ``[len(nvec)]`` (or ``[batch, len(nvec)]``)
         """
+        return self._run(["action"], observation, action_mask)[0]
+
+    def act_with_log_prob(self, observation: np.ndarray, action_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`act`'s action and its log-probability under the policy's (masked)
+        distribution: float32, a scalar (or ``[batch]``)."""
+        if "action_log_prob" not in self.outputs:
+            raise ConfigError(self.path, "outputs", self.outputs, "no action_log_prob output (exported before it existed: export it again)")
+        action, log_prob = self._run(["action", "action_log_prob"], observation, action_mask)
+        return action, log_prob
+
+    def _run(self, outputs: list[str], observation: np.ndarray, action_mask: np.ndarray | None) -> list[np.ndarray]:
         obs = np.asarray(observation, dtype=np.float32)
         single = obs.ndim == 1
         obs = obs.reshape(1, -1) if single else obs
@@ -73,8 +103,8 @@ class OnnxPolicy:
         mask = mask.reshape(obs.shape[0], -1)
         if mask.shape[1] != int(self.nvec.sum()):
             raise ConfigError(self.path, "action_mask", mask.shape, f"expected {int(self.nvec.sum())} levels")
-        (action,) = self.session.run(["action"], {"observation": obs, "action_mask": mask})
-        return action[0] if single else action
+        results = self.session.run(outputs, {"observation": obs, "action_mask": mask})
+        return [result[0] for result in results] if single else results
 
 
 def resolve_policy_path(spec: str) -> Path:
@@ -101,7 +131,11 @@ def resolve_policy_path(spec: str) -> Path:
 
 
 class PpoPolicy(Policy):
-    """A PPO policy as a baseline-style :class:`Policy` (``rlsched eval --policies ppo``).
+    """A PPO policy as a baseline-style :class:`Policy` (``rlsched eval --policies ppo``),
+    with the planner taking over when the network is unsure (see the module docstring).
+
+    ``decider`` names who took the last decision (the daemon logs it); ``report`` counts an
+    episode's steps and those the planner decided.
 
     :param spec: ``ppo`` or ``ppo:PATH`` (see :func:`resolve_policy_path`)
     """
@@ -110,10 +144,24 @@ class PpoPolicy(Policy):
 
     def __init__(self, spec: str = "ppo") -> None:
         self.onnx = OnnxPolicy.load(resolve_policy_path(spec))
+        self.planner = MigratorIlp() if self.onnx.takeover_probability > 0 else None
+        self.decider = self.name
 
     def reset(self, env: GpuShareEnv) -> None:
         if env.action_space.shape != self.onnx.nvec.shape or not np.array_equal(env.action_space.nvec, self.onnx.nvec):
             raise ConfigError(self.onnx.path, "nvec", self.onnx.nvec.tolist(), f"the policy's action space does not match scenario {env.scenario.name}'s {env.action_space.nvec.tolist()}")
+        if self.planner is not None:
+            self.planner.reset(env)
+            self.report = {"steps": 0, "planner_steps": 0, "planner_takeover_probability": self.onnx.takeover_probability}
 
-    def act(self, observation: np.ndarray, env: GpuShareEnv) -> np.ndarray:
-        return self.onnx.act(observation, env.action_masks())
+    def act(self, observation: np.ndarray, env: GpuShareEnv) -> np.ndarray | Configuration:
+        if self.planner is None:
+            return self.onnx.act(observation, env.action_masks())
+        action, log_prob = self.onnx.act_with_log_prob(observation, env.action_masks())
+        self.report["steps"] += 1
+        if float(log_prob) < math.log(self.onnx.takeover_probability):
+            self.report["planner_steps"] += 1
+            self.decider = self.planner.name
+            return self.planner.act(observation, env)
+        self.decider = self.name
+        return action

@@ -415,3 +415,23 @@ def test_nvml_telemetry_reads_per_instance_memory_from_the_fake():
     used = {s.memory_total_bytes: s.memory_used_bytes for s in samples.values()}
     assert used[10 * 2**30] == 3 * 2**30 and used[5 * 2**30] == 0
     assert all(s.gr_engine_active is None for s in samples.values())  # the fake has no GPM: skipped, not faked
+
+
+def test_unsure_steps_are_decided_by_the_planner_and_are_no_fallbacks(tmp_path, caplog):
+    import onnx
+
+    from rlsched.agents.onnx_policy import SHIPPED_POLICY, TAKEOVER_KEY
+
+    model = onnx.load(SHIPPED_POLICY)
+    for item in list(model.metadata_props):
+        if item.key == TAKEOVER_KEY:
+            model.metadata_props.remove(item)
+    model.metadata_props.add(key=TAKEOVER_KEY, value="1.0")  # never sure enough: the planner decides every cycle
+    path = tmp_path / "always_planner.onnx"
+    path.write_bytes(model.SerializeToString())
+    daemon = Daemon(tiny_config(tmp_path, scenario="default", policy="ppo", policy_path=str(path), cycles=3, log_level="debug"))
+    with caplog.at_level("DEBUG", logger="rlsched.daemon"):
+        assert daemon.run() == 0
+    cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]
+    assert [c["policy"] for c in cycles] == ["migrator-ilp"] * 3 and all(c["fallback"] is None for c in cycles)
+    assert daemon.fallbacks == 0

@@ -181,6 +181,86 @@ def test_onnx_export_matches_sb3_predict(run, random_observations_and_masks):
     assert np.array_equal(policy.act(obs[0], masks[0]), expected[0])
     chosen = np.take_along_axis(masks, starts + policy.act(obs, masks), axis=1)
     assert chosen.all()  # never a masked level
+    # The exported log-probability is SB3's for the same action under the masked distribution.
+    import torch
+
+    action, log_prob = policy.act_with_log_prob(obs, masks)
+    assert np.array_equal(action, expected) and log_prob.shape == (len(obs),)
+    with torch.no_grad():
+        distribution = model.policy.get_distribution(torch.as_tensor(stats.normalize_obs(obs)), action_masks=masks)
+        sb3_log_prob = distribution.log_prob(torch.as_tensor(expected)).numpy()
+    np.testing.assert_allclose(log_prob, sb3_log_prob, rtol=1e-4, atol=1e-4)
+    assert policy.takeover_probability == 0.0  # the smoke config sets none
+
+
+def _takeover_copy(source: Path, out: Path, probability: str, keep_log_prob: bool = True) -> Path:
+    """``source`` with its planner-takeover metadata set to ``probability`` (and, optionally,
+    without the action_log_prob output, as an export from before it existed)."""
+    import onnx
+
+    model = onnx.load(source)
+    for item in list(model.metadata_props):
+        if item.key == "planner_takeover_probability":
+            model.metadata_props.remove(item)
+    model.metadata_props.add(key="planner_takeover_probability", value=probability)
+    if not keep_log_prob:
+        kept = [o for o in model.graph.output if o.name != "action_log_prob"]
+        del model.graph.output[:]
+        model.graph.output.extend(kept)
+    out.write_bytes(model.SerializeToString())
+    return out
+
+
+def test_planner_takes_over_when_the_policy_is_unsure(run, tmp_path):
+    from rlsched.agents.evaluation import run_episode
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    env = GpuShareEnv(TINY, perf_model="toy")
+    planner = run_episode(env, "migrator-ilp", 3)
+    # p = 1: every step the network is not certain of goes to the planner: its episode exactly.
+    always = _takeover_copy(run / "pretrain" / "student_0.onnx", tmp_path / "always.onnx", "1.0")
+    handed = run_episode(env, f"ppo:{always}", 3)
+    assert handed.report["planner_steps"] == handed.report["steps"] == len(handed.rewards)
+    assert handed.goodput == planner.goodput and handed.layouts == planner.layouts
+    from rlsched.agents.evaluation import evaluate, format_table
+
+    result, _ = evaluate(TINY, [f"ppo:{always}"], perf_model="toy", progress=False)
+    assert "the planner (migrator-ilp) decided 100% of the steps" in format_table(result)
+    # p = 0 (the default): the network alone, and no report.
+    alone = run_episode(env, f"ppo:{run / 'pretrain' / 'student_0.onnx'}", 3)
+    assert alone.report is None
+    # In between: the planner decides exactly the steps whose action probability is below p.
+    from rlsched.agents.onnx_policy import PpoPolicy
+
+    observation, _ = env.reset(seed=3)
+    policy = PpoPolicy(f"ppo:{_takeover_copy(run / 'pretrain' / 'student_0.onnx', tmp_path / 'half.onnx', '0.5')}")
+    policy.reset(env)
+    _, log_prob = policy.onnx.act_with_log_prob(observation, env.action_masks())
+    decision = policy.act(observation, env)
+    assert policy.decider == ("migrator-ilp" if np.exp(log_prob) < 0.5 else "ppo")
+    assert isinstance(decision, np.ndarray) == (policy.decider == "ppo")
+
+
+@pytest.mark.parametrize("probability, keep, reason", [("1.5", True, "within \\[0, 1\\]"), ("\"high\"", True, "within \\[0, 1\\]"),
+                                                      ("0.5", False, "no action_log_prob output")])
+def test_bad_takeover_metadata_is_a_clear_error(run, tmp_path, probability, keep, reason):
+    from rlsched.agents.onnx_policy import OnnxPolicy
+
+    path = _takeover_copy(run / "pretrain" / "student_0.onnx", tmp_path / "bad.onnx", probability, keep)
+    with pytest.raises(ConfigError, match=reason) as error:
+        OnnxPolicy.load(path)
+    assert "bad.onnx" in str(error.value) and "planner_takeover_probability" in str(error.value)
+
+
+def test_export_writes_the_takeover_probability(run, tmp_path, capsys):
+    from rlsched.agents.onnx_policy import OnnxPolicy
+
+    out = tmp_path / "p.onnx"
+    assert main(["export-policy", "--run", str(run), "--out", str(out), "--which", "final", "--planner-takeover-probability", "0.4"]) == 0
+    assert OnnxPolicy.load(out).takeover_probability == 0.4
+    assert main(["export-policy", "--run", str(run), "--out", str(tmp_path / "q.onnx"), "--planner-takeover-probability", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "planner_takeover_probability" in err and "1.5" in err and not (tmp_path / "q.onnx").exists()
 
 
 def test_ppo_run_folder_policy_evaluates_like_a_baseline(run, tmp_path, capsys):
@@ -309,4 +389,5 @@ def test_shipped_policy_fits_the_default_scenario():
     policy = PpoPolicy("ppo")
     policy.reset(env)
     action = policy.act(obs, env)
-    assert env.action_space.contains(action)
+    assert policy.onnx.takeover_probability == 0.6 and "action_log_prob" in policy.onnx.outputs
+    assert env.action_space.contains(action) or policy.decider == "migrator-ilp"

@@ -142,6 +142,9 @@ class TrainConfig:
     """show a progress bar while training"""
     device: str = "cpu"
     """torch device (cpu: the networks are small; the environment is the bottleneck)"""
+    planner_takeover_probability: float = 0.0
+    """deployment, stored in the exported policy: the planner (migrator-ilp) decides every
+    step whose chosen action the policy gives a probability below this (0: never)"""
     ppo: PpoConfig = field(default_factory=PpoConfig)
     """MaskablePPO hyper-parameters"""
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
@@ -174,7 +177,8 @@ POSITIVE = {"n_envs", "max_episode_steps", "eval_freq", "eval_episodes", "checkp
             "pretrain.episodes", "pretrain.family_draws", "pretrain.epochs", "pretrain.learning_rate", "pretrain.batch_size",
             "pretrain.dagger_episodes", "pretrain.workers", "pretrain.validation_episodes"}
 #: Fields that are fractions in [0, 1].
-FRACTIONS = {"pretrain.perturbation", "pretrain.dagger_perturbation", "ppo.gamma", "ppo.gae_lambda", "randomization.priority_shuffle_probability", "randomization.trace_train_fraction"}
+FRACTIONS = {"pretrain.perturbation", "pretrain.dagger_perturbation", "ppo.gamma", "ppo.gae_lambda", "randomization.priority_shuffle_probability", "randomization.trace_train_fraction",
+             "planner_takeover_probability"}
 
 
 def _convert(source: str, name: str, hint: Any, value: Any) -> Any:

@@ -8,11 +8,15 @@ needs no exporter beyond the ``onnx`` package and computes exactly what SB3's
    statistics, folded in as constants; skipped when the run did not normalize observations);
 2. the policy MLP (``mlp_extractor.policy_net`` then ``action_net``): the logits of every
    level of every MultiDiscrete component;
-3. masked levels get the logit -1e8 (sb3-contrib's value), then an argmax per component.
+3. masked levels get the logit -1e8 (sb3-contrib's value), then an argmax per component;
+4. the log-probability of that action under the policy's distribution: the sum over
+   components of the chosen level's log-softmax (how sure the policy is; the planner takes
+   over below the file's ``takeover_log_prob``, see :mod:`rlsched.agents.onnx_policy`).
 
 Inputs: ``observation`` float32 ``[batch, obs_dim]``, ``action_mask`` bool
-``[batch, sum(nvec)]``. Output: ``action`` int64 ``[batch, len(nvec)]``. The metadata holds
-``nvec`` and ``obs_dim`` (JSON) and any extra items given (scenario, run config).
+``[batch, sum(nvec)]``. Outputs: ``action`` int64 ``[batch, len(nvec)]``,
+``action_log_prob`` float32 ``[batch]``. The metadata holds ``nvec`` and ``obs_dim`` (JSON),
+``takeover_log_prob`` when one was set, and any extra items given (scenario, run config).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from rlsched.agents.onnx_policy import TAKEOVER_KEY
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_bytes_atomically
 
@@ -36,6 +41,15 @@ VECNORMALIZE_EPSILON = 1e-8
 OPSET = 17
 #: ONNX IR version: 8 (opset 17's), which any onnxruntime >= 1.14 loads; onnx would write its newest.
 IR_VERSION = 8
+
+
+def takeover_metadata(config: object, probability: float | None = None) -> dict[str, str]:
+    """The metadata item of the planner-takeover probability: ``probability``, or the run
+    config's ``planner_takeover_probability`` when None; checked to lie in [0, 1]."""
+    value = float(config.planner_takeover_probability if probability is None else probability)  # type: ignore[attr-defined]
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError("--planner-takeover-probability", "planner_takeover_probability", value, "must be within [0, 1]")
+    return {TAKEOVER_KEY: json.dumps(value)}
 
 
 def linear_layers(modules: list[object]) -> list[tuple[np.ndarray, np.ndarray, str | None]]:
@@ -114,12 +128,17 @@ def policy_graph(layers: list[tuple[np.ndarray, np.ndarray, str | None]], nvec: 
                                                 const(f"end_{k}", np.array([starts[k] + n], dtype=np.int64)), const(f"axis_{k}", np.array([1], dtype=np.int64))], [f"logits_{k}"]))
         nodes.append(helper.make_node("ArgMax", [f"logits_{k}"], [f"pick_{k}"], axis=1, keepdims=1))
         picks.append(f"pick_{k}")
+        # The argmax level's log-softmax is the component's largest one.
+        nodes.append(helper.make_node("LogSoftmax", [f"logits_{k}"], [f"log_probs_{k}"], axis=1))
+        nodes.append(helper.make_node("ReduceMax", [f"log_probs_{k}"], [f"pick_log_prob_{k}"], axes=[1], keepdims=0))
     nodes.append(helper.make_node("Concat", picks, ["action"], axis=1))
+    nodes.append(helper.make_node("Sum", [f"pick_log_prob_{k}" for k in range(len(nvec))], ["action_log_prob"]))
     graph = helper.make_graph(
         nodes, "rlsched_ppo_policy",
         [helper.make_tensor_value_info("observation", TensorProto.FLOAT, ["batch", obs_dim]),
          helper.make_tensor_value_info("action_mask", TensorProto.BOOL, ["batch", int(sum(nvec))])],
-        [helper.make_tensor_value_info("action", TensorProto.INT64, ["batch", len(nvec)])],
+        [helper.make_tensor_value_info("action", TensorProto.INT64, ["batch", len(nvec)]),
+         helper.make_tensor_value_info("action_log_prob", TensorProto.FLOAT, ["batch"])],
         inits,
     )
     onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rlsched", ir_version=IR_VERSION)
@@ -130,13 +149,16 @@ def policy_graph(layers: list[tuple[np.ndarray, np.ndarray, str | None]], nvec: 
     return onnx_model
 
 
-def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = "best") -> Path:
+def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = "best", planner_takeover_probability: float | None = None) -> Path:
     """Export a run folder's policy to ONNX (atomically); returns the file written.
 
     :param run_dir: a run folder of :func:`rlsched.agents.ppo.train.train`
     :param out: the .onnx file (default: ``<run_dir>/policy.onnx``)
     :param which: ``best`` (the best evaluation; the final model if none), ``final``, or a
         step count naming one of the run's checkpoints
+    :param planner_takeover_probability: stored in the metadata: the planner decides the
+        steps whose chosen action has a lower probability (None: the run config's
+        ``planner_takeover_probability``; 0: never)
     """
     import pickle
 
@@ -169,7 +191,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
             stats = pickle.load(handle)
         mean, var, clip = stats.obs_rms.mean, stats.obs_rms.var, float(stats.clip_obs)
     onnx_model = build_onnx(model, mean, var, clip, {"scenario": config.scenario, "source": str(model_path.relative_to(run_dir)),
-                                                       "num_timesteps": str(model.num_timesteps), "config": config.to_yaml()})
+                                                       "num_timesteps": str(model.num_timesteps), "config": config.to_yaml(),
+                                                       **takeover_metadata(config, planner_takeover_probability)})
     path = Path(out) if out is not None else run_dir / "policy.onnx"
     write_bytes_atomically(path, onnx_model.SerializeToString())
     return path

@@ -128,7 +128,8 @@ class GuardedPolicy:
         problem = decision_problem(decision, env)
         if problem is not None:
             return self._fallback(observation, env, "invalid-output", problem)
-        return Verdict(decision, self.policy.name)
+        # A PPO policy may hand an unsure step to its planner: name who decided.
+        return Verdict(decision, getattr(self.policy, "decider", self.policy.name))
 
     def decide_fallback(self, observation: np.ndarray, env: GpuShareEnv, reason: str, detail: str) -> Verdict:
         """The fallback's decision, for a reason found outside :meth:`decide` (e.g. the env refused it)."""
