@@ -429,9 +429,25 @@ def test_unsure_steps_are_decided_by_the_planner_and_are_no_fallbacks(tmp_path, 
     model.metadata_props.add(key=TAKEOVER_KEY, value="1.0")  # never sure enough: the planner decides every cycle
     path = tmp_path / "always_planner.onnx"
     path.write_bytes(model.SerializeToString())
-    daemon = Daemon(tiny_config(tmp_path, scenario="default", policy="ppo", policy_path=str(path), cycles=3, log_level="debug"))
+    scraped: list[str] = []
+
+    def scrape(daemon: Daemon) -> None:
+        if daemon.cycle == 3:
+            with urllib.request.urlopen(f"http://127.0.0.1:{daemon.exporter.port}/metrics", timeout=5) as response:
+                scraped.append(response.read().decode())
+
+    config = tiny_config(tmp_path, scenario="default", policy="ppo", policy_path=str(path), cycles=3, log_level="debug",
+                         logdir=str(tmp_path / "tb"), metrics_addr="127.0.0.1:0")
+    daemon = Daemon(config, on_cycle=scrape)
     with caplog.at_level("DEBUG", logger="rlsched.daemon"):
         assert daemon.run() == 0
     cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]
     assert [c["policy"] for c in cycles] == ["migrator-ilp"] * 3 and all(c["fallback"] is None for c in cycles)
     assert daemon.fallbacks == 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [e.value for e in acc.Scalars("daemon/planner_decided")] == [1.0] * 3
+    families = {f.name: f for f in text_string_to_metric_families(scraped[0])}
+    assert {s.labels["policy"]: s.value for s in families["rlsched_daemon_decisions"].samples if s.name.endswith("_total")} == {"migrator-ilp": 3}

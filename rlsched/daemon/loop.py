@@ -171,13 +171,13 @@ class Daemon:
         self._save(state)
         times.append(time.perf_counter())
         steps_per_s = (len(times) - 1) / max(times[-1] - times[0], 1e-9)
-        metrics = cycle_metrics(info, env.last_step, steps_per_s, self.fallbacks)
+        metrics = cycle_metrics(info, env.last_step, steps_per_s, self.fallbacks, verdict.policy == self.guard.fallback.name)
         log_event(logging.DEBUG, "cycle", cycle=self.cycle, policy=verdict.policy, fallback=verdict.reason, reward=round(float(reward), 3),
                   layout=list(info["layout"]), gi_operations=ops, repair_ms=round(float(info["repair_ms"]), 3))
         if writer is not None:
             writer.write(self.cycle, metrics)
         if self.exporter is not None:
-            self.exporter.update(metrics, env.last_step, self._instances(), ops, bool(info["reconfigured"]))
+            self.exporter.update(metrics, env.last_step, self._instances(), ops, bool(info["reconfigured"]), verdict.policy)
         if truncated:
             # The simulated episode ended; the node goes on in the configuration it has.
             observation, _ = env.reset(seed=self.config.seed + self.cycle, options={"configuration": env.current})

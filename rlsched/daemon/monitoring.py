@@ -23,17 +23,20 @@ from rlsched.metrics import STEPS_PER_S, step_metrics
 from rlsched.simulator.node import StepResult
 
 
-def cycle_metrics(info: Mapping[str, Any], step: StepResult | None, steps_per_s: float, fallbacks: int) -> dict[str, float]:
+def cycle_metrics(info: Mapping[str, Any], step: StepResult | None, steps_per_s: float, fallbacks: int, planner_decided: bool = False) -> dict[str, float]:
     """Scalar metrics of one decision cycle, from the environment's ``info`` and step result.
 
     :param info: the env's step ``info`` (Goodput terms, repair and reconfiguration facts)
     :param step: the backend's step result (per-tenant SLO statistics), None if unavailable
     :param steps_per_s: decision cycles per wall second, recent average
     :param fallbacks: fallbacks to the planner so far
+    :param planner_decided: whether the planner took this cycle's decision (a fallback, or a
+        step the PPO policy was unsure of); its running mean is the planner's share
     """
     out = step_metrics(info)
     out[STEPS_PER_S] = float(steps_per_s)
     out["daemon/fallbacks"] = float(fallbacks)
+    out["daemon/planner_decided"] = float(planner_decided)
     if step is not None:
         out["reconfig/gpu_seconds"] = float(sum(step.gpu_reconfiguration_s))
         for name, st in step.tenants.items():
@@ -108,6 +111,7 @@ class PrometheusExporter:
         instance = ["gpu", "GPU_I_PROFILE", "GPU_I_ID"]
         self.cycles = Counter("rlsched_daemon_cycles", "Decision cycles completed", registry=registry)
         self.fallbacks = Counter("rlsched_daemon_fallbacks", "Decisions taken by the fallback planner, by reason", ["reason"], registry=registry)
+        self.decisions = Counter("rlsched_daemon_decisions", "Decision cycles by the policy that decided (the planner: fallbacks and unsure steps)", ["policy"], registry=registry)
         self.gi_operations = Counter("rlsched_gi_operations", "GPU/compute-instance create and destroy operations issued", registry=registry)
         self.reconfigurations = Counter("rlsched_reconfigurations", "Cycles whose configuration differs from the one before", registry=registry)
         self.repair_ms = Gauge("rlsched_repair_duration_ms", "Policy output repair (ILP) time of the last cycle, milliseconds", registry=registry)
@@ -125,9 +129,14 @@ class PrometheusExporter:
         self.host = host
         self.port = int(self.server.server_address[1])
 
-    def update(self, metrics: Mapping[str, float], step: StepResult | None, instances: list[InstanceSample], gi_operations: int, reconfigured: bool) -> None:
-        """Publish one cycle (per-instance series are replaced: old instances disappear)."""
+    def update(self, metrics: Mapping[str, float], step: StepResult | None, instances: list[InstanceSample], gi_operations: int, reconfigured: bool,
+               decided_by: str) -> None:
+        """Publish one cycle (per-instance series are replaced: old instances disappear).
+
+        :param decided_by: name of the policy that took the cycle's decision
+        """
         self.cycles.inc()
+        self.decisions.labels(policy=decided_by).inc()
         self.gi_operations.inc(gi_operations)
         if reconfigured:
             self.reconfigurations.inc()
