@@ -34,7 +34,9 @@ from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import Priority
 
 METRICS = ("goodput", "goodput_vs_oracle", "slo_attainment", "slo_attainment_high", "latency_ms_p99",
-           "reconfigurations", "repair_rate", "decision_ms_p50", "decision_ms_p99")
+           "reconfigurations", "repair_rate", "decision_ms_p50", "decision_ms_p99", "goodput_per_episode")
+#: Policies that know the future (never the reference of the paired comparison).
+HINDSIGHT_POLICIES = ("oracle",)
 
 
 @dataclass
@@ -127,7 +129,32 @@ def metrics(episodes: Sequence[Episode]) -> dict[str, float | None]:
         "repair_rate": sum(e.repaired for e in episodes) / steps if steps else None,
         "decision_ms_p50": float(np.percentile(decision, 50)),
         "decision_ms_p99": float(np.percentile(decision, 99)),
+        "goodput_per_episode": [float(e.goodput) for e in episodes],
     }
+
+
+def paired_comparison(table: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Every policy's Goodput against the best non-oracle policy's, episode by episode.
+
+    The policies ran on the same seeds (the same arrivals: common random numbers), so the
+    per-episode differences carry far less noise than the two means: their mean, its
+    standard error, and how many episodes were better, equal, worse. None with fewer than
+    two episodes or no second policy.
+    """
+    candidates = {name: row for name, row in table.items() if name not in HINDSIGHT_POLICIES}
+    episodes = len(next(iter(table.values()))["goodput_per_episode"]) if table else 0
+    if episodes < 2 or len(candidates) < 2:
+        return None
+    reference = max(candidates, key=lambda name: candidates[name]["goodput"])
+    base = np.array(table[reference]["goodput_per_episode"])
+    rows = {}
+    for name, row in table.items():
+        if name == reference:
+            continue
+        diff = np.array(row["goodput_per_episode"]) - base
+        rows[name] = {"mean": float(diff.mean()), "stderr": float(diff.std(ddof=1) / math.sqrt(len(diff))),
+                      "better": int((diff > 0).sum()), "equal": int((diff == 0).sum()), "worse": int((diff < 0).sum())}
+    return {"reference": reference, "policies": rows}
 
 
 def evaluate(
@@ -157,6 +184,9 @@ def evaluate(
         for row in table.values():
             row["goodput_vs_oracle"] = row["goodput"] / oracle if row["goodput"] is not None else None
     result = {"scenario": env.scenario.name, "seed": seed, "episodes": episodes, "policies": table}
+    paired = paired_comparison(table)
+    if paired is not None:
+        result["paired"] = paired
     reports = {name: [e.report for e in eps] for name, eps in runs.items() if any(e.report for e in eps)}
     if reports:
         result["reports"] = reports
@@ -182,6 +212,12 @@ def format_table(result: dict[str, Any]) -> str:
             share = sum(r["planner_steps"] for r in reports) / max(1, sum(r["steps"] for r in reports))
             lines.append(f"\n{name}: the planner (migrator-ilp) decided {share:.0%} of the steps, those whose action the policy "
                          f"gave a probability below {reports[0]['planner_takeover_probability']:g}")
+    paired = result.get("paired")
+    if paired:
+        lines.append(f"\nGoodput minus {paired['reference']}'s (the best non-oracle policy), episode by episode on the same seeds: "
+                     "mean +- standard error (episodes better / equal / worse)")
+        for name, d in paired["policies"].items():
+            lines.append(f"- {name}: {d['mean']:+,.0f} +- {d['stderr']:,.0f} ({d['better']} / {d['equal']} / {d['worse']})")
     return "\n".join(lines)
 
 

@@ -25,6 +25,24 @@ def test_eval_writes_json_with_every_metric_and_a_plot(tmp_path, capsys):
     assert png.stat().st_size > 10_000
     table = capsys.readouterr().out
     assert all(f"| {name} |" in table for name in POLICIES)
+    # The paired comparison: against the best non-oracle policy, from the per-episode Goodputs.
+    paired = result["paired"]
+    rows = {name: m for name, m in result["policies"].items() if name != "oracle"}
+    reference = max(rows, key=lambda name: rows[name]["goodput"])
+    assert paired["reference"] == reference and set(paired["policies"]) == set(POLICIES) - {reference}
+    for name, d in paired["policies"].items():
+        diffs = [a - b for a, b in zip(result["policies"][name]["goodput_per_episode"], result["policies"][reference]["goodput_per_episode"], strict=True)]
+        assert len(diffs) == 2 and abs(d["mean"] - sum(diffs) / 2) < 1e-6
+        assert abs(d["stderr"] - abs(diffs[0] - diffs[1]) / 2) < 1e-6  # sd(ddof=1) / sqrt(2) of two values
+        assert d["better"] + d["equal"] + d["worse"] == 2
+    assert f"Goodput minus {reference}'s" in table
+
+
+def test_one_episode_has_no_paired_comparison(tmp_path):
+    out = tmp_path / "one.json"
+    assert main(["eval", "--scenario", TINY, "--policies", "static-equal,paris-elsa", "--json", str(out), "--no-progress"]) == 0
+    result = json.loads(out.read_text())
+    assert "paired" not in result and len(result["policies"]["paris-elsa"]["goodput_per_episode"]) == 1
 
 
 def test_eval_same_seed_same_goodput(tmp_path):
