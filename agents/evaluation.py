@@ -158,17 +158,29 @@ def paired_comparison(table: dict[str, dict[str, Any]]) -> dict[str, Any] | None
 
 
 def evaluate(
-    scenario: str | Path | Scenario,
+    scenario: str | Path | Scenario | None,
     policies: Sequence[str],
     episodes: int = 1,
     seed: int = 0,
     perf_model: str | PerformanceModelLike = "calibrated",
     progress: bool = True,
+    family: Any = None,
 ) -> tuple[dict[str, Any], dict[str, list[Episode]]]:
-    """Run every policy for ``episodes`` episodes; returns (the JSON result, the episodes)."""
+    """Run every policy for ``episodes`` episodes; returns (the JSON result, the episodes).
+
+    :param family: instead of ``scenario``, a :class:`~rlsched.agents.ppo.family.ScenarioFamily`:
+        episode k runs on its draw from seed ``seed + k`` (the same draw for every policy), for
+        scoring on the training distribution
+    """
     if episodes < 1:
         raise ConfigError("--episodes", "--episodes", episodes, "must be >= 1")
-    env = GpuShareEnv(scenario, perf_model=perf_model)
+    if family is None:
+        env = GpuShareEnv(scenario, perf_model=perf_model)
+        envs = [env] * episodes
+        scenario_name = env.scenario.name
+    else:
+        envs = [GpuShareEnv(family.sample(np.random.default_rng(seed + k)), perf_model=perf_model) for k in range(episodes)]
+        env, scenario_name = envs[0], f"draws of the {family.base.name} family"
     total_steps = len(policies) * episodes * min(env.scenario.steps, env.spec.max_episode_steps if env.spec and env.spec.max_episode_steps else env.scenario.steps)
     from tqdm import tqdm
 
@@ -176,14 +188,14 @@ def evaluate(
     runs: dict[str, list[Episode]] = {}
     for name in policies:
         bar.set_postfix_str(name)
-        runs[name] = [run_episode(env, name, seed + k, bar) for k in range(episodes)]
+        runs[name] = [run_episode(envs[k], name, seed + k, bar) for k in range(episodes)]
     bar.close()
     table = {name: metrics(eps) for name, eps in runs.items()}
     oracle = table.get("oracle", {}).get("goodput")
     if oracle:
         for row in table.values():
             row["goodput_vs_oracle"] = row["goodput"] / oracle if row["goodput"] is not None else None
-    result = {"scenario": env.scenario.name, "seed": seed, "episodes": episodes, "policies": table}
+    result = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table}
     paired = paired_comparison(table)
     if paired is not None:
         result["paired"] = paired

@@ -7,7 +7,8 @@ needs numpy and onnxruntime.
 
 ``ppo`` names the shipped default policy (:data:`SHIPPED_POLICY`, package data);
 ``ppo:PATH`` an ``.onnx`` file or a training run folder (its ``policy.onnx``, exported on
-first use when missing).
+first use when missing). A suffix ``@P`` (``ppo@0``, ``ppo:PATH@0.4``) overrides the file's
+planner-takeover probability with P, e.g. to compare thresholds in one ``rlsched eval``.
 
 The planner takes over when the policy is unsure: a file whose metadata sets
 ``planner_takeover_probability`` p > 0 hands every step whose chosen action the network gives
@@ -107,6 +108,20 @@ class OnnxPolicy:
         return [result[0] for result in results] if single else results
 
 
+def split_takeover(spec: str) -> tuple[str, float | None]:
+    """``ppo...@P`` -> (``ppo...``, P); a spec without the suffix -> (spec, None)."""
+    base, at, text = spec.rpartition("@")
+    if not at:
+        return spec, None
+    try:
+        probability = float(text)
+    except ValueError:
+        probability = float("nan")
+    if not 0.0 <= probability <= 1.0:
+        raise ConfigError("--policies", "policy", spec, "the suffix @P is a planner-takeover probability within [0, 1] (ppo@0: the network alone)")
+    return base, probability
+
+
 def resolve_policy_path(spec: str) -> Path:
     """``ppo`` -> the shipped policy; ``ppo:FILE.onnx`` -> that file; ``ppo:RUN_DIR`` -> the
     run's ``policy.onnx`` (exported from its best model when missing)."""
@@ -137,14 +152,19 @@ class PpoPolicy(Policy):
     ``decider`` names who took the last decision (the daemon logs it); ``report`` counts an
     episode's steps and those the planner decided.
 
-    :param spec: ``ppo`` or ``ppo:PATH`` (see :func:`resolve_policy_path`)
+    :param spec: ``ppo`` or ``ppo:PATH`` (see :func:`resolve_policy_path`), optionally with
+        ``@P`` (see :func:`split_takeover`)
     """
 
     name = "ppo"
 
     def __init__(self, spec: str = "ppo") -> None:
-        self.onnx = OnnxPolicy.load(resolve_policy_path(spec))
-        self.planner = MigratorIlp() if self.onnx.takeover_probability > 0 else None
+        path_spec, override = split_takeover(spec)
+        self.onnx = OnnxPolicy.load(resolve_policy_path(path_spec))
+        self.takeover_probability = self.onnx.takeover_probability if override is None else override
+        if self.takeover_probability > 0 and "action_log_prob" not in self.onnx.outputs:
+            raise ConfigError(self.onnx.path, "outputs", self.onnx.outputs, "the planner takeover needs the action_log_prob output (export it again)")
+        self.planner = MigratorIlp() if self.takeover_probability > 0 else None
         self.decider = self.name
 
     def reset(self, env: GpuShareEnv) -> None:
@@ -152,14 +172,14 @@ class PpoPolicy(Policy):
             raise ConfigError(self.onnx.path, "nvec", self.onnx.nvec.tolist(), f"the policy's action space does not match scenario {env.scenario.name}'s {env.action_space.nvec.tolist()}")
         if self.planner is not None:
             self.planner.reset(env)
-            self.report = {"steps": 0, "planner_steps": 0, "planner_takeover_probability": self.onnx.takeover_probability}
+            self.report = {"steps": 0, "planner_steps": 0, "planner_takeover_probability": self.takeover_probability}
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> np.ndarray | Configuration:
         if self.planner is None:
             return self.onnx.act(observation, env.action_masks())
         action, log_prob = self.onnx.act_with_log_prob(observation, env.action_masks())
         self.report["steps"] += 1
-        if float(log_prob) < math.log(self.onnx.takeover_probability):
+        if float(log_prob) < math.log(self.takeover_probability):
             self.report["planner_steps"] += 1
             self.decider = self.planner.name
             return self.planner.act(observation, env)

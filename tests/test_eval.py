@@ -67,3 +67,27 @@ def test_eval_trace_override_changes_the_load(tmp_path):
         assert main(["eval", "--scenario", TINY, *extra, "--policies", "static-equal", "--json", str(out), "--no-progress"]) == 0
         goodput.append(json.loads(out.read_text())["policies"]["static-equal"]["goodput"])
     assert goodput[0] != goodput[1]
+
+
+def test_eval_on_draws_of_a_training_family(tmp_path, capsys):
+    import yaml
+
+    config = tmp_path / "family.yaml"
+    config.write_text(yaml.safe_dump({"scenario": TINY, "eval_scenario": TINY, "randomization": {"rate_scale": [0.5, 2.0]}}))
+    runs = {}
+    for policies in ("static-equal,paris-elsa", "paris-elsa"):
+        out = tmp_path / f"{policies}.json"
+        assert main(["eval", "--family", str(config), "--policies", policies, "--episodes", "2", "--seed", "7", "--json", str(out),
+                     "--no-progress", "--perf-model", "toy"]) == 0
+        runs[policies] = json.loads(out.read_text())
+    assert runs["paris-elsa"]["scenario"] == "draws of the env-tiny family"
+    # Every policy meets the same draws, whatever the other policies: episode k is the draw seeded 7 + k.
+    family_goodput = runs["paris-elsa"]["policies"]["paris-elsa"]["goodput_per_episode"]
+    assert runs["static-equal,paris-elsa"]["policies"]["paris-elsa"]["goodput_per_episode"] == family_goodput
+    plain = tmp_path / "plain.json"
+    assert main(["eval", "--scenario", TINY, "--policies", "paris-elsa", "--episodes", "2", "--seed", "7", "--json", str(plain), "--no-progress", "--perf-model", "toy"]) == 0
+    assert json.loads(plain.read_text())["policies"]["paris-elsa"]["goodput_per_episode"] != family_goodput  # the draws change the load
+    capsys.readouterr()
+    assert main(["eval", "--family", str(config), "--scenario", TINY, "--no-progress"]) == 2
+    assert "give --scenario or --family" in capsys.readouterr().err
+    assert main(["eval", "--policies", "static-equal", "--no-progress"]) == 2

@@ -375,8 +375,28 @@ def test_policy_names_accept_ppo_next_to_all():
     from rlsched.agents.evaluation import policy_names
 
     assert policy_names("ppo,all") == ["ppo", *POLICIES]
+    assert policy_names("ppo@0,ppo,ppo@0.37") == ["ppo@0", "ppo", "ppo@0.37"]
     with pytest.raises(ConfigError, match="no such"):
         policy_names("ppo:/no/such/file.onnx")
+    for bad in ("ppo@1.5", "ppo@high", "ppo@"):
+        with pytest.raises(ConfigError, match="within \\[0, 1\\]"):
+            policy_names(bad)
+
+
+def test_takeover_suffix_overrides_the_files_probability(run, tmp_path):
+    from rlsched.agents.evaluation import run_episode
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    env = GpuShareEnv(TINY, perf_model="toy")
+    student = run / "pretrain" / "student_0.onnx"  # no takeover in its metadata
+    planner, forced = run_episode(env, "migrator-ilp", 4), run_episode(env, f"ppo:{student}@1", 4)
+    assert forced.goodput == planner.goodput and forced.report["planner_takeover_probability"] == 1.0
+    always = _takeover_copy(student, tmp_path / "always.onnx", "1.0")
+    alone, network = run_episode(env, f"ppo:{always}@0", 4), run_episode(env, f"ppo:{student}", 4)
+    assert alone.report is None and alone.goodput == network.goodput and alone.layouts == network.layouts
+    old = _takeover_copy(student, tmp_path / "old.onnx", "0", keep_log_prob=False)
+    with pytest.raises(ConfigError, match="action_log_prob"):
+        run_episode(env, f"ppo:{old}@0.5", 4)
 
 
 def test_shipped_policy_fits_the_default_scenario():

@@ -1,8 +1,9 @@
 """Baseline policies, each following a published system (see each class's docstring).
 
 ``make_policy("igniter")`` builds one by name; :data:`POLICIES` lists them all. ``ppo``
-(the shipped trained policy) and ``ppo:PATH`` (an .onnx file or a training run folder) build
-a :class:`~rlsched.agents.onnx_policy.PpoPolicy`.
+(the shipped trained policy) and ``ppo:PATH`` (an .onnx file or a training run folder), each
+optionally with ``@P`` (the planner-takeover probability), build a
+:class:`~rlsched.agents.onnx_policy.PpoPolicy`.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, Stat
 
 def make_policy(name: str) -> Policy:
     """A fresh policy by its name (see :data:`POLICIES`; ``ppo`` or ``ppo:PATH``)."""
-    if name == "ppo" or name.startswith("ppo:"):
+    if name == "ppo" or name.startswith(("ppo:", "ppo@")):
         from rlsched.agents.onnx_policy import PpoPolicy  # onnxruntime only when asked for
 
         return PpoPolicy(name)
     if name not in POLICIES:
-        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, or all)")
+        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, or all)")
     return POLICIES[name]()
 
 

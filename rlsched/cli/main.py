@@ -98,9 +98,9 @@ def cmd_export_mig_parted(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_scenario_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """--scenario and --trace: every command that takes a scenario accepts both."""
-    parser.add_argument("--scenario", required=True, help="scenario YAML file, or the name of a bundled one (e.g. default)")
+    parser.add_argument("--scenario", required=required, help="scenario YAML file, or the name of a bundled one (e.g. default)")
     parser.add_argument("--trace", action="append", default=[], metavar="TENANT=FILE[:SCALE]", help="replay a trace file for an inference tenant, rate scaled by SCALE (repeatable)")
 
 
@@ -147,14 +147,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Run policies on a scenario; print the table, write JSON and the plot."""
     from rlsched.agents.evaluation import evaluate, format_table, plot, policy_names, write_json
 
-    scenario = load_scenario_from_args(args)
-    result, runs = evaluate(scenario, policy_names(args.policies), args.episodes, args.seed, args.perf_model, progress=not args.no_progress)
+    if (args.scenario is None) == (args.family is None):
+        raise RlschedError("give --scenario or --family (one of them)")
+    if args.family is not None:
+        from rlsched.agents.ppo.config import load_config
+        from rlsched.agents.ppo.family import ScenarioFamily
+
+        if args.trace:
+            raise RlschedError("--trace applies to --scenario, not to --family")
+        config = load_config(args.family)
+        family = ScenarioFamily(config.scenario, config.randomization)
+        scenario = family.base
+    else:
+        family, scenario = None, load_scenario_from_args(args)
+    result, runs = evaluate(scenario, policy_names(args.policies), args.episodes, args.seed, args.perf_model, progress=not args.no_progress, family=family)
     print(f"scenario {result['scenario']}: {args.episodes} episode(s) per policy, seeds {args.seed}..{args.seed + args.episodes - 1}")
     print(format_table(result))
     if args.json:
         write_json(result, args.json)
     if args.plot:
-        plot(runs, scenario.decision_interval_s, args.plot, scenario.name)
+        plot(runs, scenario.decision_interval_s, args.plot, result["scenario"])
     return 0
 
 
@@ -219,8 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("eval", help="evaluate policies on a scenario: metrics table, JSON and plot")
-    _add_scenario_arguments(p)
-    p.add_argument("--policies", default="all", help="NAME,NAME,... (all: every baseline; ppo: the shipped policy; ppo:PATH: an .onnx file or a run folder)")
+    _add_scenario_arguments(p, required=False)
+    p.add_argument("--family", default=None, metavar="TRAIN_CONFIG.yaml",
+                   help="instead of --scenario: draws of a training config's randomized scenario family (episode k: the draw seeded SEED+k)")
+    p.add_argument("--policies", default="all", help="NAME,NAME,... (all: every baseline; ppo: the shipped policy; ppo:PATH: an .onnx file or a run folder; "
+                   "a suffix @P sets a ppo policy's planner-takeover probability, ppo@0: its network alone)")
     p.add_argument("--episodes", type=int, default=1, help="episodes per policy (seeds SEED, SEED+1, ...)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT", help="write the metrics as JSON to OUT")
