@@ -69,8 +69,6 @@ class OnnxPolicy:
             self.takeover_probability = math.nan
         if not 0.0 <= self.takeover_probability <= 1.0:
             raise ConfigError(self.path, TAKEOVER_KEY, meta.get(TAKEOVER_KEY), "must be a number within [0, 1]")
-        if self.takeover_probability > 0 and "action_log_prob" not in self.outputs:
-            raise ConfigError(self.path, TAKEOVER_KEY, self.takeover_probability, "set, but the graph has no action_log_prob output (export it again)")
 
     @classmethod
     def load(cls, path: str | Path) -> OnnxPolicy:
@@ -163,7 +161,7 @@ class PpoPolicy(Policy):
         self.onnx = OnnxPolicy.load(resolve_policy_path(path_spec))
         self.takeover_probability = self.onnx.takeover_probability if override is None else override
         if self.takeover_probability > 0 and "action_log_prob" not in self.onnx.outputs:
-            raise ConfigError(self.onnx.path, "outputs", self.onnx.outputs, "the planner takeover needs the action_log_prob output (export it again)")
+            raise ConfigError(self.onnx.path, TAKEOVER_KEY, self.takeover_probability, "set, but the graph has no action_log_prob output (export it again)")
         self.planner = MigratorIlp() if self.takeover_probability > 0 else None
         self.decider = self.name
 

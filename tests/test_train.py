@@ -244,11 +244,11 @@ def test_planner_takes_over_when_the_policy_is_unsure(run, tmp_path):
 @pytest.mark.parametrize("probability, keep, reason", [("1.5", True, "within \\[0, 1\\]"), ("\"high\"", True, "within \\[0, 1\\]"),
                                                       ("0.5", False, "no action_log_prob output")])
 def test_bad_takeover_metadata_is_a_clear_error(run, tmp_path, probability, keep, reason):
-    from rlsched.agents.onnx_policy import OnnxPolicy
+    from rlsched.agents.onnx_policy import PpoPolicy
 
     path = _takeover_copy(run / "pretrain" / "student_0.onnx", tmp_path / "bad.onnx", probability, keep)
     with pytest.raises(ConfigError, match=reason) as error:
-        OnnxPolicy.load(path)
+        PpoPolicy(f"ppo:{path}")
     assert "bad.onnx" in str(error.value) and "planner_takeover_probability" in str(error.value)
 
 
@@ -394,9 +394,10 @@ def test_takeover_suffix_overrides_the_files_probability(run, tmp_path):
     always = _takeover_copy(student, tmp_path / "always.onnx", "1.0")
     alone, network = run_episode(env, f"ppo:{always}@0", 4), run_episode(env, f"ppo:{student}", 4)
     assert alone.report is None and alone.goodput == network.goodput and alone.layouts == network.layouts
-    old = _takeover_copy(student, tmp_path / "old.onnx", "0", keep_log_prob=False)
+    old = _takeover_copy(student, tmp_path / "old.onnx", "0.5", keep_log_prob=False)
     with pytest.raises(ConfigError, match="action_log_prob"):
         run_episode(env, f"ppo:{old}@0.5", 4)
+    assert run_episode(env, f"ppo:{old}@0", 4).goodput == network.goodput  # without the takeover, an old export still runs
 
 
 def test_shipped_policy_fits_the_default_scenario():

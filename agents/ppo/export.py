@@ -11,7 +11,7 @@ needs no exporter beyond the ``onnx`` package and computes exactly what SB3's
 3. masked levels get the logit -1e8 (sb3-contrib's value), then an argmax per component;
 4. the log-probability of that action under the policy's distribution: the sum over
    components of the chosen level's log-softmax (how sure the policy is; the planner takes
-   over below the file's ``takeover_log_prob``, see :mod:`rlsched.agents.onnx_policy`).
+   over below the file's ``planner_takeover_probability``, see :mod:`rlsched.agents.onnx_policy`).
 
 Inputs: ``observation`` float32 ``[batch, obs_dim]``, ``action_mask`` bool
 ``[batch, sum(nvec)]``. Outputs: ``action`` int64 ``[batch, len(nvec)]``,
