@@ -15,8 +15,9 @@ needs no exporter beyond the ``onnx`` package and computes exactly what SB3's
 
 Inputs: ``observation`` float32 ``[batch, obs_dim]``, ``action_mask`` bool
 ``[batch, sum(nvec)]``. Outputs: ``action`` int64 ``[batch, len(nvec)]``,
-``action_log_prob`` float32 ``[batch]``. The metadata holds ``nvec`` and ``obs_dim`` (JSON),
-``takeover_log_prob`` when one was set, and any extra items given (scenario, run config).
+``action_log_prob`` float32 ``[batch]``. The metadata holds ``nvec`` and ``obs_dim`` (JSON)
+and any extra items given (a run's export adds the scenario, the run config and
+``planner_takeover_probability``).
 """
 
 from __future__ import annotations
