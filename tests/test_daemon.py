@@ -361,6 +361,22 @@ def test_faults_during_serve_apply_leave_old_or_new_layout_and_the_daemon_retrie
     assert json.loads(state.read_text())["layouts"] == [new]
 
 
+@pytest.mark.parametrize("policy", ["migrator-ilp", "ppo"])
+def test_planner_decides_on_real_gpus_before_any_tenant_is_measured(tmp_path, policy, caplog):
+    # No observation source: the backend has measured no tenant, so the planner plans for the
+    # scenario's declared rates instead of failing (the shipped ppo hands it unsure cycles).
+    fake = FakeNvml(["a100-40gb"], layouts=["3g@0,3g@4"])
+    config = tiny_config(tmp_path, scenario="default", backend="nvml", apply=True, cycles=2, policy=policy, observation_tolerance=1e9, log_level="debug")
+    daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
+    assert daemon.env.backend.observe() == {}
+    with caplog.at_level("DEBUG", logger="rlsched.daemon"):
+        assert daemon.run() == 0
+    cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]
+    assert len(cycles) == 2 and daemon.fallbacks == 0
+    assert "migrator-ilp" in {c["policy"] for c in cycles}  # the planner decided at least once, unmeasured
+    assert fake.layout(0).spec() != "3g.20gb@0,3g.20gb@4"  # and its layout for the declared load was applied
+
+
 # ---------------------------------------------------------------------- soak
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench_daemon.py"

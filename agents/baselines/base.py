@@ -84,9 +84,14 @@ def one_gi_per_gpu(env: GpuShareEnv, groups: list[list[tuple[str, float, int]]],
 
 
 def arrival_rates_rps(env: GpuShareEnv) -> dict[str, float]:
-    """Each inference tenant's smoothed arrival rate as measured so far, requests/s."""
+    """Each inference tenant's smoothed arrival rate as measured so far, requests/s.
+
+    A tenant not measured yet (the daemon's first cycle on real GPUs, or an unreadable
+    observation source) gets the scenario's declared mean rate: the load it was planned for.
+    """
     measured = env.backend.observe()
-    return {t.name: float(measured[t.name].get("arrival_rate_ewma_rps", 0.0)) for t in env.scenario.inference_tenants()}
+    return {t.name: float(measured[t.name].get("arrival_rate_ewma_rps", 0.0)) if t.name in measured else t.arrivals.mean_rate_rps()
+            for t in env.scenario.inference_tenants()}
 
 
 def equal_shares(count: int) -> float:

@@ -82,7 +82,7 @@ class Ekya(Policy):
         accuracy = {}
         for job in env.scenario.tenants:
             if isinstance(job, ContinualLearningJob) and job.name in shares:
-                now = float(measured[job.name].get("accuracy", 0.0))
+                now = float(measured.get(job.name, {}).get("accuracy", 0.0))
                 step_s = env.backend.perf_model.train_step_s(env.scenario.gpu, job.model, reference_batch(env, job), self.profile, shares[job.name])
                 samples = reference_batch(env, job) / step_s * window_s if step_s > 0 else 0.0
                 accuracy[job.serves] = job.curve.accuracy(_units_at(job, now) + samples / job.samples_per_unit / 2.0)

@@ -69,8 +69,9 @@ class MigratorIlp(Policy):
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         measured = env.backend.observe()
         rates = arrival_rates_rps(env)
-        backlog = {name: float(measured[name].get("queue_length", 0.0)) for name in rates}
-        accuracy = {name: float(measured[name]["accuracy"]) for name in rates}
+        # Unmeasured tenants (see arrival_rates_rps): no backlog, the scenario's accuracy.
+        backlog = {name: float(measured.get(name, {}).get("queue_length", 0.0)) for name in rates}
+        accuracy = {name: float(measured[name]["accuracy"]) for name in rates if "accuracy" in measured.get(name, {})}
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         self.last_plan = self.planner.plan(windows, env.current, accuracy)
         return self.last_plan.configuration
