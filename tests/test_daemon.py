@@ -434,17 +434,10 @@ def test_nvml_telemetry_reads_per_instance_memory_from_the_fake():
 
 
 def test_unsure_steps_are_decided_by_the_planner_and_are_no_fallbacks(tmp_path, caplog):
-    import onnx
+    from rlsched.agents.onnx_policy import SHIPPED_POLICY
 
-    from rlsched.agents.onnx_policy import SHIPPED_POLICY, TAKEOVER_KEY
-
-    model = onnx.load(SHIPPED_POLICY)
-    for item in list(model.metadata_props):
-        if item.key == TAKEOVER_KEY:
-            model.metadata_props.remove(item)
-    model.metadata_props.add(key=TAKEOVER_KEY, value="1.0")  # never sure enough: the planner decides every cycle
-    path = tmp_path / "always_planner.onnx"
-    path.write_bytes(model.SerializeToString())
+    path = tmp_path / "policy.onnx"
+    path.write_bytes(SHIPPED_POLICY.read_bytes())
     scraped: list[str] = []
 
     def scrape(daemon: Daemon) -> None:
@@ -452,7 +445,8 @@ def test_unsure_steps_are_decided_by_the_planner_and_are_no_fallbacks(tmp_path, 
             with urllib.request.urlopen(f"http://127.0.0.1:{daemon.exporter.port}/metrics", timeout=5) as response:
                 scraped.append(response.read().decode())
 
-    config = tiny_config(tmp_path, scenario="default", policy="ppo", policy_path=str(path), cycles=3, log_level="debug",
+    # ppo@1: never sure enough, the planner decides every cycle (the suffix applies to policy_path's file).
+    config = tiny_config(tmp_path, scenario="default", policy="ppo@1", policy_path=str(path), cycles=3, log_level="debug",
                          logdir=str(tmp_path / "tb"), metrics_addr="127.0.0.1:0")
     daemon = Daemon(config, on_cycle=scrape)
     with caplog.at_level("DEBUG", logger="rlsched.daemon"):
@@ -467,3 +461,6 @@ def test_unsure_steps_are_decided_by_the_planner_and_are_no_fallbacks(tmp_path, 
     assert [e.value for e in acc.Scalars("daemon/planner_decided")] == [1.0] * 3
     families = {f.name: f for f in text_string_to_metric_families(scraped[0])}
     assert {s.labels["policy"]: s.value for s in families["rlsched_daemon_decisions"].samples if s.name.endswith("_total")} == {"migrator-ilp": 3}
+    # The suffix keeps policy_path: a missing file is an error, not the shipped policy.
+    with pytest.raises(ConfigError, match="no such"):
+        Daemon(tiny_config(tmp_path, scenario="default", policy="ppo@0.5", policy_path=str(tmp_path / "missing.onnx")))

@@ -29,7 +29,8 @@ class DaemonConfig:
     :param scenario: bundled scenario name or YAML path (tenants, GPU type and count)
     :param backend: ``sim`` (as fast as possible), ``nvml`` or ``mig-parted`` (real time)
     :param policy: decision policy: ``auto`` (the shipped PPO policy when available, else
-        ``migrator-ilp``), ``ppo`` or a baseline name
+        ``migrator-ilp``), ``ppo`` (``ppo@P``: overriding the policy file's planner-takeover
+        probability with P) or a baseline name
     :param policy_path: ONNX file of the ``ppo`` policy (None: the shipped one)
     :param fallback_policy: the planner used whenever the policy cannot be trusted
     :param cycles: decision cycles to run (None: until stopped)

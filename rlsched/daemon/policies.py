@@ -50,13 +50,15 @@ def ppo_available() -> bool:
 
 def build_policy(name: str, path: str | None = None) -> Policy:
     """``auto`` (``ppo`` when available, else ``migrator-ilp``), ``ppo`` (the shipped policy,
-    or the exported policy / training run at ``path``), or a baseline by name."""
+    or the exported policy / training run at ``path``; ``ppo@P`` with the planner-takeover
+    probability P), or a baseline by name."""
     if name == "auto":
         name = "ppo" if ppo_available() else "migrator-ilp"
-    if name == "ppo":
+    if name == "ppo" or name.startswith("ppo@"):
         from rlsched.agents.onnx_policy import PpoPolicy
 
-        return PpoPolicy(f"ppo:{path}" if path else "ppo")
+        takeover = name[len("ppo"):]  # "" or "@P"
+        return PpoPolicy(f"ppo:{path}{takeover}" if path else name)
     return make_policy(name)
 
 
