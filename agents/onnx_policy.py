@@ -36,6 +36,18 @@ SHIPPED_POLICY = Path(__file__).parent / "policies" / "default" / "policy.onnx"
 TAKEOVER_KEY = "planner_takeover_probability"
 
 
+def takeover_probability(value: object, source: object, field: str, reason: str = "must be a number within [0, 1]", shown: object = None) -> float:
+    """``value`` as a planner-takeover probability; a :class:`ConfigError` naming ``source``,
+    ``field`` and ``shown`` (default: ``value``) unless it is a number within [0, 1]."""
+    try:
+        probability = float(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        probability = math.nan
+    if not 0.0 <= probability <= 1.0:
+        raise ConfigError(source, field, value if shown is None else shown, reason)
+    return probability
+
+
 class OnnxPolicy:
     """An exported policy: normalization, MLP and masked argmax in one ONNX graph.
 
@@ -64,11 +76,10 @@ class OnnxPolicy:
         self.metadata = dict(meta)
         self.outputs = [output.name for output in self.session.get_outputs()]
         try:
-            self.takeover_probability = float(json.loads(meta.get(TAKEOVER_KEY, "0")))
-        except (ValueError, TypeError):
-            self.takeover_probability = math.nan
-        if not 0.0 <= self.takeover_probability <= 1.0:
-            raise ConfigError(self.path, TAKEOVER_KEY, meta.get(TAKEOVER_KEY), "must be a number within [0, 1]")
+            stored = json.loads(meta.get(TAKEOVER_KEY, "0"))
+        except ValueError:
+            stored = meta.get(TAKEOVER_KEY)
+        self.takeover_probability = takeover_probability(stored, self.path, TAKEOVER_KEY)
 
     @classmethod
     def load(cls, path: str | Path) -> OnnxPolicy:
@@ -111,13 +122,7 @@ def split_takeover(spec: str) -> tuple[str, float | None]:
     base, at, text = spec.rpartition("@")
     if not at:
         return spec, None
-    try:
-        probability = float(text)
-    except ValueError:
-        probability = float("nan")
-    if not 0.0 <= probability <= 1.0:
-        raise ConfigError("--policies", "policy", spec, "the suffix @P is a planner-takeover probability within [0, 1] (ppo@0: the network alone)")
-    return base, probability
+    return base, takeover_probability(text, "--policies", "policy", "the suffix @P is a planner-takeover probability within [0, 1] (ppo@0: the network alone)", shown=spec)
 
 
 def resolve_policy_path(spec: str) -> Path:

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from rlsched.agents.onnx_policy import TAKEOVER_KEY
+from rlsched.agents.onnx_policy import TAKEOVER_KEY, takeover_probability
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_bytes_atomically
 
@@ -47,10 +47,8 @@ IR_VERSION = 8
 def takeover_metadata(config: object, probability: float | None = None) -> dict[str, str]:
     """The metadata item of the planner-takeover probability: ``probability``, or the run
     config's ``planner_takeover_probability`` when None; checked to lie in [0, 1]."""
-    value = float(config.planner_takeover_probability if probability is None else probability)  # type: ignore[attr-defined]
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError("--planner-takeover-probability", "planner_takeover_probability", value, "must be within [0, 1]")
-    return {TAKEOVER_KEY: json.dumps(value)}
+    value = config.planner_takeover_probability if probability is None else probability  # type: ignore[attr-defined]
+    return {TAKEOVER_KEY: json.dumps(takeover_probability(value, "--planner-takeover-probability", TAKEOVER_KEY))}
 
 
 def linear_layers(modules: list[object]) -> list[tuple[np.ndarray, np.ndarray, str | None]]:
