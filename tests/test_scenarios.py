@@ -41,7 +41,8 @@ def test_bundled_scenario_runs_on_the_calibrated_model_and_conserves(name, perf)
     for tenant, entry in result["tenants"].items():
         if entry["kind"] == "inference":
             assert entry["conservation_ok"], tenant
-            assert entry["arrived"] > 0
+            # Requests arrive wherever the arrivals have a rate (a trace may start idle).
+            assert (entry["arrived"] > 0) == (s.tenant(tenant).arrivals.window_rate_rps(0.0, 60.0) > 0), tenant
     if any(isinstance(t, ContinualLearningJob) for t in s.tenants):
         assert any(e.get("training_samples", 0) > 0 for e in result["tenants"].values())
 

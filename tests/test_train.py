@@ -3,6 +3,7 @@ domain randomization, the ppo policies of ``rlsched eval``, and the shipped poli
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -64,6 +65,9 @@ def test_shipped_training_configs_load():
     ({"ppo": {"net_arch": "64"}}, "ppo.net_arch", "expected a list"),
     ({"progress_bar": "yes"}, "progress_bar", "true or false"),
     ({"randomization": {"rate_scale": [2.0, 1.0]}}, "randomization.rate_scale", "low <= high"),
+    ({"randomization": {"trace_pool": {"probability": 1.5}}}, "randomization.trace_pool.probability", "within [0, 1]"),
+    ({"randomization": {"trace_pool": {"time_warp": 0}}}, "randomization.trace_pool.time_warp", "> 0"),
+    ({"randomization": {"trace_pool": {"files": "a.csv"}}}, "randomization.trace_pool.files", "expected a list"),
     ({"pretrain": {"teacher": "nope"}}, "pretrain.teacher", "allowed"),
     ({"n_envs": 1, "ppo": {"n_steps": 8, "batch_size": 64}}, "ppo.batch_size", "n_steps x n_envs"),
 ])
@@ -298,6 +302,46 @@ def test_family_rejects_held_out_traces_and_other_action_spaces():
         ScenarioFamily("default-heldout", RandomizationConfig())
     with pytest.raises(ConfigError, match="action space"):
         ScenarioFamily("default", RandomizationConfig(gpus=("a30-24gb",)))
+
+
+def test_trace_pool_swaps_a_tenants_trace_at_its_own_mean_rate():
+    from rlsched.agents.ppo.config import TracePoolConfig
+    from rlsched.agents.ppo.family import ScenarioFamily
+    from rlsched.workloads.arrivals import ServeGenArrivals, TimestampArrivals
+
+    pool = TracePoolConfig(files=("servegen_mm_image_client5.csv", "servegen_mm_image_client12.csv"), tenants=("vgg",), probability=0.5)
+    family = ScenarioFamily("default", RandomizationConfig(rate_scale=(1.0, 1.0), trace_pool=pool))
+    own_rps = family.base.tenant("vgg").arrivals.mean_rate_rps()
+    rng = np.random.default_rng(0)
+    draws = [family.sample(rng) for _ in range(40)]
+    swapped = [s.tenant("vgg").arrivals for s in draws if isinstance(s.tenant("vgg").arrivals, ServeGenArrivals)]
+    assert 10 < len(swapped) < 30 and all(isinstance(s.tenant("vgg").arrivals, ServeGenArrivals | TimestampArrivals) for s in draws)
+    assert all(a.mean_rate_rps() == pytest.approx(own_rps) and a.time_warp == 24.0 and 0 <= a.offset_s < a.period_s for a in swapped)
+    # Both pool traces are drawn, each from its own random point.
+    assert len({a.offset_s for a in swapped}) == len(swapped) and len({a.clients[0][0].rate_rps for a in swapped}) == 2
+    # The other tenants never swap; without a pool the draws are those of before (same rng use).
+    assert all(type(s.tenant("alexnet").arrivals) is type(family.base.tenant("alexnet").arrivals) for s in draws)
+    plain = ScenarioFamily("default", RandomizationConfig(rate_scale=(1.0, 1.0)))
+    off = ScenarioFamily("default", RandomizationConfig(rate_scale=(1.0, 1.0), trace_pool=dataclasses.replace(pool, probability=0.0)))
+    def summary(scenario):
+        return [(t.slo_ms, t.arrivals.mean_rate_rps(), getattr(t.arrivals, "offset_s", None)) for t in scenario.tenants]
+
+    assert summary(plain.sample(np.random.default_rng(3))) == summary(off.sample(np.random.default_rng(3)))
+
+
+@pytest.mark.parametrize(("pool", "field", "reason"), [
+    ({"files": ("servegen_mm_image_client0.csv",), "tenants": ("vgg",), "probability": 0.5}, "trace_pool.files[0]", "held out"),
+    ({"files": ("nope.csv",), "tenants": ("vgg",), "probability": 0.5}, "trace_pool.files[0]", "no such trace file"),
+    ({"files": ("servegen_mm_image_client5.csv",), "tenants": ("gpt",), "probability": 0.5}, "trace_pool.tenants", "not an inference tenant"),
+    ({"tenants": ("vgg",), "probability": 0.5}, "trace_pool.probability", "needs trace_pool.files"),
+])
+def test_trace_pool_errors_name_the_field_and_value(pool, field, reason):
+    from rlsched.agents.ppo.config import TracePoolConfig
+    from rlsched.agents.ppo.family import ScenarioFamily
+
+    with pytest.raises(ConfigError) as caught:
+        ScenarioFamily("default", RandomizationConfig(trace_pool=TracePoolConfig(**pool)))
+    assert caught.value.field == field and reason in caught.value.reason
 
 
 def test_perturbed_demonstrations_keep_the_teachers_labels():

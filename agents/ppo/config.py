@@ -19,6 +19,22 @@ from rlsched.errors import ConfigError
 
 
 @dataclass
+class TracePoolConfig:
+    """Other real traces a tenant may replay instead of its own, so that training sees more
+    kinds of traffic than the scenario's few traces (:mod:`rlsched.agents.ppo.family`)."""
+
+    files: tuple[str, ...] = ()
+    """trace files, relative to ``configs/traces`` (or absolute); none may be held out"""
+    tenants: tuple[str, ...] = ()
+    """inference tenants of the scenario that may swap their arrivals for a pool trace"""
+    probability: float = 0.0
+    """chance, per listed tenant per episode, of replaying a pool trace (drawn uniformly),
+    scaled to the tenant's own mean rate and started at a random point of the trace"""
+    time_warp: float = 24.0
+    """trace seconds replayed per simulated second (24: a one-day trace in one hour)"""
+
+
+@dataclass
 class RandomizationConfig:
     """Domain randomization of the training scenarios (:mod:`rlsched.agents.ppo.family`).
 
@@ -40,7 +56,9 @@ class RandomizationConfig:
     """trace replays start at a random offset such that the episode stays within this
     leading fraction of the trace (the rest is held out for evaluation)"""
     held_out_traces: tuple[str, ...] = ("servegen_mm_image_client0.csv",)
-    """trace file names never replayed in training (checked against the scenario)"""
+    """trace file names never replayed in training (checked against the scenario and the pool)"""
+    trace_pool: TracePoolConfig = field(default_factory=TracePoolConfig)
+    """other traces replayed in place of a tenant's own (off by default)"""
 
 
 @dataclass
@@ -175,9 +193,11 @@ CHOICES: dict[str, tuple[str, ...]] = {"vec_env": ("subproc", "dummy"), "ppo.act
 POSITIVE = {"n_envs", "max_episode_steps", "eval_freq", "eval_episodes", "checkpoint_freq", "clip_obs",
             "ppo.learning_rate", "ppo.n_steps", "ppo.batch_size", "ppo.n_epochs", "ppo.clip_range", "ppo.max_grad_norm",
             "pretrain.episodes", "pretrain.family_draws", "pretrain.epochs", "pretrain.learning_rate", "pretrain.batch_size",
-            "pretrain.dagger_episodes", "pretrain.workers", "pretrain.validation_episodes"}
+            "pretrain.dagger_episodes", "pretrain.workers", "pretrain.validation_episodes",
+            "randomization.trace_pool.time_warp"}
 #: Fields that are fractions in [0, 1].
 FRACTIONS = {"pretrain.perturbation", "pretrain.dagger_perturbation", "ppo.gamma", "ppo.gae_lambda", "randomization.priority_shuffle_probability", "randomization.trace_train_fraction",
+             "randomization.trace_pool.probability",
              "planner_takeover_probability"}
 
 

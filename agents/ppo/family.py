@@ -13,7 +13,11 @@ Train / held-out split of the real traces in ``configs/traces`` (see also
 - ``servegen_m_large_rate_10min.csv`` (14 days): training replays start within the first
   ``trace_train_fraction`` (0.7: days 1-9.8); the held-out scenario replays days 11-12;
 - ``azure_llm_conv_timestamps.csv`` (58 minutes): shorter than one episode, replayed whole
-  in training (rate-scaled), and not used by the held-out scenario.
+  in training (rate-scaled), and not used by the held-out scenario;
+- ``servegen_mm_image_client<N>.csv`` (N > 0, other clients of the same ServeGen workload as
+  the held-out client 0): a *trace pool* (``randomization.trace_pool``) that a tenant replays
+  instead of its own trace in some episodes; ``configs/train/ppo_pool.yaml`` keeps client 1
+  out of it for its validation scenario (``default-validation``).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from rlsched.hardware import load_gpu
 from rlsched.simulator.perf import PerformanceModelLike
 from rlsched.simulator.run import load_performance_model
 from rlsched.workloads.arrivals import ArrivalProcess, MmppArrivals, PoissonArrivals
-from rlsched.workloads.scenario import Scenario, load_scenario, scenario_path
+from rlsched.workloads.scenario import Scenario, load_scenario, scenario_path, scenarios_dir
 from rlsched.workloads.tenants import InferenceTenant
+from rlsched.workloads.traces import load_trace
 
 
 def _log_uniform(rng: np.random.Generator, bounds: tuple[float, float]) -> float:
@@ -67,10 +72,40 @@ class ScenarioFamily:
         held_out = sorted(set(trace_files(base)) & set(config.held_out_traces))
         if held_out:
             raise ConfigError(self.base.source, "tenants[].arrivals.file", held_out[0], "this trace is held out of training (randomization.held_out_traces)")
+        self.trace_pool = self._load_trace_pool()
         sizes = _gi_sizes(self.base.gpu)
         for gpu in config.gpus:
             if _gi_sizes(gpu) != sizes:
                 raise ConfigError("randomization", "gpus", gpu, f"its GI sizes {_gi_sizes(gpu)} differ from {self.base.gpu}'s {sizes}: the action space would change shape")
+
+    def _load_trace_pool(self) -> list[ArrivalProcess]:
+        """The pool's traces at rate scale 1, checked against the scenario and the held-out list."""
+        pool = self.config.trace_pool
+        inference = {t.name for t in self.base.tenants if isinstance(t, InferenceTenant)}
+        for name in pool.tenants:
+            if name not in inference:
+                raise ConfigError("randomization", "trace_pool.tenants", name, f"not an inference tenant of {self.base.name} ({', '.join(sorted(inference))})")
+        if pool.probability > 0 and not (pool.files and pool.tenants):
+            raise ConfigError("randomization", "trace_pool.probability", pool.probability, "needs trace_pool.files and trace_pool.tenants")
+        traces: list[ArrivalProcess] = []
+        for i, file in enumerate(pool.files):
+            if Path(file).name in self.config.held_out_traces:
+                raise ConfigError("randomization", f"trace_pool.files[{i}]", file, "this trace is held out of training (randomization.held_out_traces)")
+            path = Path(file) if Path(file).is_absolute() else scenarios_dir().parent / "traces" / file
+            if not path.is_file():
+                raise ConfigError("randomization", f"trace_pool.files[{i}]", file, f"no such trace file ({path})")
+            trace = load_trace(path, time_warp=pool.time_warp)
+            if not trace.mean_rate_rps() > 0:
+                raise ConfigError("randomization", f"trace_pool.files[{i}]", file, "the trace has no requests")
+            traces.append(trace)
+        return traces
+
+    def _pool_arrivals(self, own: ArrivalProcess, rng: np.random.Generator) -> ArrivalProcess:
+        """A random pool trace at the tenant's own mean rate (times the rate randomization),
+        from a random point of the trace (a pool trace is training data throughout)."""
+        trace = self.trace_pool[int(rng.integers(len(self.trace_pool)))]
+        scale = own.mean_rate_rps() / trace.mean_rate_rps() * _log_uniform(rng, self.config.rate_scale)
+        return dataclasses.replace(trace, rate_scale=scale, offset_s=float(rng.uniform(0.0, trace.period_s)))  # type: ignore[type-var]
 
     def _arrivals(self, arrivals: ArrivalProcess, rng: np.random.Generator) -> ArrivalProcess:
         scale = _log_uniform(rng, self.config.rate_scale)
@@ -95,7 +130,11 @@ class ScenarioFamily:
         tenants: list[Any] = []
         for t in self.base.tenants:
             if isinstance(t, InferenceTenant):
-                t = dataclasses.replace(t, arrivals=self._arrivals(t.arrivals, rng), slo_ms=t.slo_ms * _log_uniform(rng, self.config.slo_scale))
+                # The rng only serves the pool when there is one: configs without draw as before.
+                pool = self.config.trace_pool
+                swap = pool.probability > 0 and t.name in pool.tenants and rng.random() < pool.probability
+                arrivals = self._pool_arrivals(t.arrivals, rng) if swap else self._arrivals(t.arrivals, rng)
+                t = dataclasses.replace(t, arrivals=arrivals, slo_ms=t.slo_ms * _log_uniform(rng, self.config.slo_scale))
             tenants.append(t)
         if rng.random() < self.config.priority_shuffle_probability:
             inference = [i for i, t in enumerate(tenants) if isinstance(t, InferenceTenant)]
