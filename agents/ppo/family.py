@@ -16,7 +16,7 @@ Train / held-out split of the real traces in ``configs/traces`` (see also
   in training (rate-scaled), and not used by the held-out scenario;
 - ``servegen_mm_image_client<N>.csv`` (N > 0, other clients of the same ServeGen workload as
   the held-out client 0): a *trace pool* (``randomization.trace_pool``) that a tenant replays
-  instead of its own trace in some episodes; ``configs/train/ppo_pool.yaml`` keeps client 1
+  instead of its own trace in some episodes; ``configs/train/ppo_default.yaml`` keeps client 1
   out of it for its validation scenario (``default-validation``).
 """
 
