@@ -456,3 +456,6 @@ def test_shipped_policy_fits_the_default_scenario():
     action = policy.act(obs, env)
     assert policy.onnx.takeover_probability == 0.6 and "action_log_prob" in policy.onnx.outputs
     assert env.action_space.contains(action) or policy.decider == "migrator-ilp"
+    # The shipped file was trained by the shipped config (one source of truth for its recipe).
+    shipped = config_from_dict(yaml.safe_load(policy.onnx.metadata["config"]))
+    assert shipped.to_dict() == load_config(ROOT / "configs" / "train" / "ppo_default.yaml").to_dict()
