@@ -53,6 +53,23 @@ def test_plan_is_valid_and_its_objective_is_the_value_table_sum(default_env, pla
     assert not info["repaired"]
 
 
+def test_a_running_configuration_with_repaired_shares_still_gets_a_plan(default_env, planner):
+    # A state a DAgger student reached: shares the repair scaled (88.8888% + 11.1111% of the
+    # 4g, 83.3333% + 16.6666% of the 3g). HiGHS presolve called this MILP infeasible although
+    # every tenant fits at 12.5% of a 7g; the planner must not fail on it.
+    from rlsched.decision import Configuration, SharingMode, TenantPlacement
+    from rlsched.hardware.layout import parse_layout
+
+    layout = parse_layout("4g.20gb@0,3g.20gb@4", "a100-40gb")
+    current = Configuration((layout,), ((SharingMode.MPS, SharingMode.MPS),), {
+        "resnet": TenantPlacement(0, 1, 83.3333, 16), "vgg": TenantPlacement(0, 0, 88.8888, 32),
+        "bert": TenantPlacement(0, 1, 16.6666, 4), "alexnet": TenantPlacement(0, 0, 11.1111, 8)})
+    windows = [{"resnet": 597.2, "vgg": 488.2, "bert": 194.7, "alexnet": 77.5}] + [{"resnet": 489.7, "vgg": 116.0, "bert": 112.1, "alexnet": 77.4}] * 2
+    plan = planner.plan(windows, current)
+    assert plan.configuration.problems(default_env.tenant_names) == []
+    assert plan.objective == pytest.approx(planner.evaluate(plan.configuration, windows, current)[0] - plan.reconfiguration_cost, rel=1e-9, abs=1e-6)
+
+
 def _capacity(planner: Planner, plan, name: str) -> float:
     """Largest throughput (requests/s) the plan's GI, share and batch give a tenant."""
     config = plan.configuration
