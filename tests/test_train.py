@@ -323,6 +323,7 @@ def test_trace_pool_swaps_a_tenants_trace_at_its_own_mean_rate():
     assert all(type(s.tenant("alexnet").arrivals) is type(family.base.tenant("alexnet").arrivals) for s in draws)
     plain = ScenarioFamily("default", RandomizationConfig(rate_scale=(1.0, 1.0)))
     off = ScenarioFamily("default", RandomizationConfig(rate_scale=(1.0, 1.0), trace_pool=dataclasses.replace(pool, probability=0.0)))
+
     def summary(scenario):
         return [(t.slo_ms, t.arrivals.mean_rate_rps(), getattr(t.arrivals, "offset_s", None)) for t in scenario.tenants]
 
