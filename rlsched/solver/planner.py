@@ -46,8 +46,11 @@ runs yet.
 Departs from MIGRator: one configuration is held over the lookahead windows (a receding
 horizon re-planned every interval) rather than a per-window sequence; every GI runs in MPS
 mode (priority fill and time slicing are not chosen); co-location interference is priced
-with the worst co-runner; and the GI wait of a created instance is estimated from that GI
-alone (the simulator charges the GPU's whole change plan).
+with the worst co-runner; the GI wait of a created instance is estimated from that GI
+alone (the simulator charges the GPU's whole change plan); and the backlog a restart leaves
+(the simulator queues the requests arriving during the downtime) is not carried into the
+later windows, so the late answers while it drains are not priced (README, "What was
+tried": pricing them as downtime / (1 - load) stopped the planner reconfiguring at all).
 """
 
 from __future__ import annotations
