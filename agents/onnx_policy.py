@@ -14,6 +14,12 @@ The planner takes over when the policy is unsure: a file whose metadata sets
 ``planner_takeover_probability`` p > 0 hands every step whose chosen action the network gives
 a probability below p to the Goodput-MILP planner (``migrator-ilp``), in ``rlsched eval`` and
 in the daemon alike; the episode report counts those steps.
+
+Reconfigurations are checked in the simulator: a file whose metadata sets
+``reconfiguration_check_samples`` n > 0 applies a decision that changes the running
+configuration only if :class:`~rlsched.simulator.lookahead.ReconfigurationCheck` (n random
+streams, the forecast rates, from the observed state) predicts it earns more than keeping the
+running one; otherwise the running configuration is kept. The report counts both.
 """
 
 from __future__ import annotations
@@ -24,16 +30,19 @@ from pathlib import Path
 
 import numpy as np
 
-from rlsched.agents.baselines.base import Policy
+from rlsched.agents.baselines.base import Policy, observed_load
 from rlsched.agents.baselines.planners import MigratorIlp
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
+from rlsched.simulator.lookahead import ReconfigurationCheck
 
 #: The shipped default policy (trained on the default scenario family; see its README).
 SHIPPED_POLICY = Path(__file__).parent / "policies" / "default" / "policy.onnx"
 #: Metadata key of the probability below which the planner takes over (JSON number; absent: never).
 TAKEOVER_KEY = "planner_takeover_probability"
+#: Metadata key of the random streams of the simulated check of reconfigurations (JSON integer; absent or 0: no check).
+CHECK_KEY = "reconfiguration_check_samples"
 
 
 def takeover_probability(value: object, source: object, field: str, reason: str = "must be a number within [0, 1]", shown: object = None) -> float:
@@ -46,6 +55,14 @@ def takeover_probability(value: object, source: object, field: str, reason: str 
     if not 0.0 <= probability <= 1.0:
         raise ConfigError(source, field, value if shown is None else shown, reason)
     return probability
+
+
+def check_samples(value: object, source: object, field: str) -> int:
+    """``value`` as the number of random streams of the reconfiguration check; a
+    :class:`ConfigError` naming ``source``, ``field`` and ``value`` unless it is an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+        raise ConfigError(source, field, value, "must be an integer >= 0 (0: no check)")
+    return int(value)
 
 
 class OnnxPolicy:
@@ -80,6 +97,11 @@ class OnnxPolicy:
         except ValueError:
             stored = meta.get(TAKEOVER_KEY)
         self.takeover_probability = takeover_probability(stored, self.path, TAKEOVER_KEY)
+        try:
+            samples = json.loads(meta.get(CHECK_KEY, "0"))
+        except ValueError:
+            samples = meta.get(CHECK_KEY)
+        self.check_samples = check_samples(samples, self.path, CHECK_KEY)
 
     @classmethod
     def load(cls, path: str | Path) -> OnnxPolicy:
@@ -153,7 +175,9 @@ class PpoPolicy(Policy):
     with the planner taking over when the network is unsure (see the module docstring).
 
     ``decider`` names who took the last decision (the daemon logs it); ``report`` counts an
-    episode's steps and those the planner decided.
+    episode's steps, those the planner decided, and the changes the reconfiguration check
+    looked at and kept out; ``last_check_gain`` is the last check's predicted gain (None:
+    the last decision changed nothing, or there is no check).
 
     :param spec: ``ppo`` or ``ppo:PATH`` (see :func:`resolve_policy_path`), optionally with
         ``@P`` (see :func:`split_takeover`)
@@ -168,20 +192,47 @@ class PpoPolicy(Policy):
         if self.takeover_probability > 0 and "action_log_prob" not in self.onnx.outputs:
             raise ConfigError(self.onnx.path, TAKEOVER_KEY, self.takeover_probability, "set, but the graph has no action_log_prob output (export it again)")
         self.planner = MigratorIlp() if self.takeover_probability > 0 else None
+        self.check: ReconfigurationCheck | None = None
+        self.report: dict[str, float] | None = None
+        self.last_check_gain: float | None = None
         self.decider = self.name
 
     def reset(self, env: GpuShareEnv) -> None:
         if env.action_space.shape != self.onnx.nvec.shape or not np.array_equal(env.action_space.nvec, self.onnx.nvec):
             raise ConfigError(self.onnx.path, "nvec", self.onnx.nvec.tolist(), f"the policy's action space does not match scenario {env.scenario.name}'s {env.action_space.nvec.tolist()}")
+        report: dict[str, float] = {"steps": 0}
         if self.planner is not None:
             self.planner.reset(env)
-            self.report = {"steps": 0, "planner_steps": 0, "planner_takeover_probability": self.takeover_probability}
+            report.update(planner_steps=0, planner_takeover_probability=self.takeover_probability)
+        if self.onnx.check_samples:
+            self.check = ReconfigurationCheck(env.scenario, env.backend.perf_model, samples=self.onnx.check_samples)
+            report.update(checked_changes=0, kept_by_check=0)
+        # The network alone has nothing to report (rlsched eval shows no report column then).
+        self.report = report if len(report) > 1 else None
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> np.ndarray | Configuration:
+        if self.report is not None:
+            self.report["steps"] += 1
+        decision = self._decide(observation, env)
+        self.last_check_gain = None
+        if self.check is None or env.current is None:
+            return decision
+        proposal = env.repaired_configuration(decision)
+        if proposal == env.current:
+            return decision
+        elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
+        self.last_check_gain = self.check.gain(proposal, env.current, elapsed_s, *observed_load(env))
+        self.report["checked_changes"] += 1
+        if self.last_check_gain > 0.0:
+            return decision
+        self.report["kept_by_check"] += 1
+        return env.current
+
+    def _decide(self, observation: np.ndarray, env: GpuShareEnv) -> np.ndarray | Configuration:
+        """The network's action, or the planner's configuration where the network is unsure."""
         if self.planner is None:
             return self.onnx.act(observation, env.action_masks())
         action, log_prob = self.onnx.act_with_log_prob(observation, env.action_masks())
-        self.report["steps"] += 1
         if float(log_prob) < math.log(self.takeover_probability):
             self.report["planner_steps"] += 1
             self.decider = self.planner.name

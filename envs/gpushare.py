@@ -157,26 +157,19 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
 
         An infeasible configuration is repaired by the ILP like an action would be.
         """
-        if not isinstance(configuration, Configuration):
-            raise ConfigError("policy output", "configuration", configuration, "expected a Configuration")
         started = self.clock()
-        unknown = sorted(set(configuration.placements) - set(self.tenant_names))
-        if unknown:
-            raise ConfigError("policy output", "placements", unknown[0], f"unknown tenant (tenants: {', '.join(self.tenant_names)})")
-        missing = [n for n in self.tenant_names if n not in configuration.placements]
-        if missing:
-            raise ConfigError("policy output", "placements", missing[0], "every tenant needs a placement")
-        memory = {n: self.backend.memory_gib(n, p.batch_size) for n, p in configuration.placements.items()}
-        fallback = False
-        try:
-            result = repair_configuration(configuration, memory, self.current, self.repair_weights)
-        except InfeasibleRequest:
-            # Memory cannot be packed: repair the nearest per-tenant request instead, which
-            # falls back to batch 1 if it must.
-            result, fallback = self._repair(self.codec.decode(self.codec.encode(configuration)).problem)
+        result, fallback = self._repair_configuration(configuration)
         decision_ms = (self.clock() - started) * 1e3
         repaired = fallback or result.configuration != configuration
         return self._run(result, repaired, fallback, decision_ms, {"clamped": {}})
+
+    def repaired_configuration(self, decision: np.ndarray | Configuration) -> Configuration:
+        """The configuration :meth:`step` (an action) or :meth:`step_configuration` would
+        apply for ``decision`` from the running one, without applying it (a check before
+        acting; the step that follows repeats only the cached repair)."""
+        if isinstance(decision, Configuration):
+            return self._repair_configuration(decision)[0].configuration
+        return self._repair(self.codec.decode(decision).problem)[0].configuration
 
     def action_masks(self) -> np.ndarray:
         """Levels each tenant may use (sb3-contrib MaskablePPO); masked levels are still
@@ -193,6 +186,24 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         return f"t={t:.0f}s layout=[{layouts}] reward={reward:.1f}"
 
     # ------------------------------------------------------------------ internals
+    def _repair_configuration(self, configuration: Configuration) -> tuple[RepairResult, bool]:
+        """The repair of an exact configuration (a baseline's), and whether it fell back."""
+        if not isinstance(configuration, Configuration):
+            raise ConfigError("policy output", "configuration", configuration, "expected a Configuration")
+        unknown = sorted(set(configuration.placements) - set(self.tenant_names))
+        if unknown:
+            raise ConfigError("policy output", "placements", unknown[0], f"unknown tenant (tenants: {', '.join(self.tenant_names)})")
+        missing = [n for n in self.tenant_names if n not in configuration.placements]
+        if missing:
+            raise ConfigError("policy output", "placements", missing[0], "every tenant needs a placement")
+        memory = {n: self.backend.memory_gib(n, p.batch_size) for n, p in configuration.placements.items()}
+        try:
+            return repair_configuration(configuration, memory, self.current, self.repair_weights), False
+        except InfeasibleRequest:
+            # Memory cannot be packed: repair the nearest per-tenant request instead, which
+            # falls back to batch 1 if it must.
+            return self._repair(self.codec.decode(self.codec.encode(configuration)).problem)
+
     def _repair(self, problem: RepairProblem) -> tuple[RepairResult, bool]:
         """The repaired configuration, and whether the batch-1 fallback was needed.
 

@@ -197,16 +197,16 @@ def test_onnx_export_matches_sb3_predict(run, random_observations_and_masks):
     assert policy.takeover_probability == 0.0  # the smoke config sets none
 
 
-def _takeover_copy(source: Path, out: Path, probability: str, keep_log_prob: bool = True) -> Path:
-    """``source`` with its planner-takeover metadata set to ``probability`` (and, optionally,
-    without the action_log_prob output, as an export from before it existed)."""
+def _takeover_copy(source: Path, out: Path, probability: str, keep_log_prob: bool = True, key: str = "planner_takeover_probability") -> Path:
+    """``source`` with its planner-takeover metadata (or another ``key``) set to ``probability``
+    (and, optionally, without the action_log_prob output, as an export from before it existed)."""
     import onnx
 
     model = onnx.load(source)
     for item in list(model.metadata_props):
-        if item.key == "planner_takeover_probability":
+        if item.key == key:
             model.metadata_props.remove(item)
-    model.metadata_props.add(key="planner_takeover_probability", value=probability)
+    model.metadata_props.add(key=key, value=probability)
     if not keep_log_prob:
         kept = [o for o in model.graph.output if o.name != "action_log_prob"]
         del model.graph.output[:]
@@ -256,12 +256,48 @@ def test_bad_takeover_metadata_is_a_clear_error(run, tmp_path, probability, keep
     assert "bad.onnx" in str(error.value) and "planner_takeover_probability" in str(error.value)
 
 
+def test_reconfiguration_check_keeps_the_running_configuration_unless_a_gain_is_predicted(run, tmp_path, monkeypatch):
+    from rlsched.agents.evaluation import run_episode
+    from rlsched.envs.gpushare import GpuShareEnv
+    from rlsched.simulator.lookahead import ReconfigurationCheck
+
+    env = GpuShareEnv(TINY, perf_model="toy")
+    planner = run_episode(env, "migrator-ilp", 3)
+    assert planner.reconfigurations > 0  # there is something to check
+    # The planner decides every step (p = 1), each change checked on 2 random streams.
+    always = _takeover_copy(run / "pretrain" / "student_0.onnx", tmp_path / "always.onnx", "1.0")
+    checked = f"ppo:{_takeover_copy(always, tmp_path / 'checked.onnx', '2', key='reconfiguration_check_samples')}"
+    real = run_episode(env, checked, 3)
+    assert real.report["checked_changes"] >= real.report["kept_by_check"] and real.report["checked_changes"] > 0
+    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state: 1.0)
+    passed = run_episode(env, checked, 3)
+    assert passed.goodput == planner.goodput and passed.layouts == planner.layouts and passed.report["kept_by_check"] == 0
+    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state: -1.0)
+    kept = run_episode(env, checked, 3)
+    assert kept.reconfigurations == 0 and kept.report["kept_by_check"] == kept.report["checked_changes"] > 0
+
+
+@pytest.mark.parametrize("samples", ["-1", "2.5", "\"many\""])
+def test_bad_check_metadata_is_a_clear_error(run, tmp_path, samples):
+    from rlsched.agents.onnx_policy import PpoPolicy
+
+    path = _takeover_copy(run / "pretrain" / "student_0.onnx", tmp_path / "bad.onnx", samples, key="reconfiguration_check_samples")
+    with pytest.raises(ConfigError, match="integer >= 0") as error:
+        PpoPolicy(f"ppo:{path}")
+    assert "bad.onnx" in str(error.value) and "reconfiguration_check_samples" in str(error.value)
+
+
 def test_export_writes_the_takeover_probability(run, tmp_path, capsys):
     from rlsched.agents.onnx_policy import OnnxPolicy
 
     out = tmp_path / "p.onnx"
     assert main(["export-policy", "--run", str(run), "--out", str(out), "--which", "final", "--planner-takeover-probability", "0.4"]) == 0
-    assert OnnxPolicy.load(out).takeover_probability == 0.4
+    assert OnnxPolicy.load(out).takeover_probability == 0.4 and OnnxPolicy.load(out).check_samples == 0  # the smoke config: no check
+    assert main(["export-policy", "--run", str(run), "--out", str(out), "--which", "final", "--reconfiguration-check-samples", "8"]) == 0
+    assert OnnxPolicy.load(out).check_samples == 8
+    assert main(["export-policy", "--run", str(run), "--out", str(tmp_path / "r.onnx"), "--reconfiguration-check-samples", "-2"]) == 2
+    err = capsys.readouterr().err
+    assert "reconfiguration_check_samples" in err and "-2" in err and not (tmp_path / "r.onnx").exists()
     assert main(["export-policy", "--run", str(run), "--out", str(tmp_path / "q.onnx"), "--planner-takeover-probability", "1.5"]) == 2
     err = capsys.readouterr().err
     assert "planner_takeover_probability" in err and "1.5" in err and not (tmp_path / "q.onnx").exists()
@@ -455,7 +491,7 @@ def test_shipped_policy_fits_the_default_scenario():
     policy = PpoPolicy("ppo")
     policy.reset(env)
     action = policy.act(obs, env)
-    assert policy.onnx.takeover_probability == 0.6 and "action_log_prob" in policy.onnx.outputs
+    assert policy.onnx.takeover_probability == 0.6 and "action_log_prob" in policy.onnx.outputs and policy.onnx.check_samples == 8
     assert env.action_space.contains(action) or policy.decider == "migrator-ilp"
     # The shipped file was trained by the shipped config (one source of truth for its recipe).
     shipped = config_from_dict(yaml.safe_load(policy.onnx.metadata["config"]))

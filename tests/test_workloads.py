@@ -1,5 +1,7 @@
 """Tenant models: Ekya's accuracy curve, SLICE-TUNE's share-mismatch penalty, priority classes."""
 
+import math
+
 import pytest
 
 from rlsched.workloads.arrivals import PoissonArrivals
@@ -32,3 +34,10 @@ def test_tuning_mismatch_costs_latency_and_throughput():
 
 def test_priority_ranks():
     assert [p.rank for p in (Priority.HIGH, Priority.NORMAL, Priority.LOW)] == [0, 1, 2]
+
+
+def test_ekya_curve_inverse():
+    curve = EkyaCurve(0.5, 2.0, 0.05)
+    assert curve.units_for(curve.accuracy(3.0)) == pytest.approx(3.0)
+    assert curve.units_for(0.0) == 0.0  # below the curve's start
+    assert curve.units_for(0.95) == math.inf  # its ceiling 1 - b2 is never reached

@@ -94,6 +94,17 @@ def arrival_rates_rps(env: GpuShareEnv) -> dict[str, float]:
             for t in env.scenario.inference_tenants()}
 
 
+def observed_load(env: GpuShareEnv) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """What a forecast starts from, per inference tenant: the smoothed arrival rate
+    (:func:`arrival_rates_rps`), requests/s; the backlog (waiting or in service; none when
+    not measured), requests; and, where measured, its model's accuracy."""
+    measured = env.backend.observe()
+    rates = arrival_rates_rps(env)
+    backlog = {name: float(measured.get(name, {}).get("queue_length", 0.0)) for name in rates}
+    accuracy = {name: float(measured[name]["accuracy"]) for name in rates if "accuracy" in measured.get(name, {})}
+    return rates, backlog, accuracy
+
+
 def equal_shares(count: int) -> float:
     """Each of ``count`` tenants' equal MPS share of one GI, percent (floored to 0.01%)."""
     return math.floor(10000.0 / count) / 100.0

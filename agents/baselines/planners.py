@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlsched.agents.baselines.base import CapacityModel, Policy, arrival_rates_rps, sized_requests
+from rlsched.agents.baselines.base import CapacityModel, Policy, observed_load, sized_requests
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.solver import TenantRequest
@@ -67,11 +67,8 @@ class MigratorIlp(Policy):
         self.last_plan: Plan | None = None
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
-        measured = env.backend.observe()
-        rates = arrival_rates_rps(env)
         # Unmeasured tenants (see arrival_rates_rps): no backlog, the scenario's accuracy.
-        backlog = {name: float(measured.get(name, {}).get("queue_length", 0.0)) for name in rates}
-        accuracy = {name: float(measured[name]["accuracy"]) for name in rates if "accuracy" in measured.get(name, {})}
+        rates, backlog, accuracy = observed_load(env)
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         self.last_plan = self.planner.plan(windows, env.current, accuracy)
         return self.last_plan.configuration

@@ -33,11 +33,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from rlsched.agents.rllib.export import export_rllib_run, is_rllib_run
 
     if is_rllib_run(args.run):
-        print(export_rllib_run(args.run, args.out, args.which, args.planner_takeover_probability))
+        print(export_rllib_run(args.run, args.out, args.which, args.planner_takeover_probability, args.reconfiguration_check_samples))
         return 0
     from rlsched.agents.ppo.export import export_run
 
-    print(export_run(args.run, args.out, args.which, args.planner_takeover_probability))
+    print(export_run(args.run, args.out, args.which, args.planner_takeover_probability, args.reconfiguration_check_samples))
     return 0
 
 
@@ -58,4 +58,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--which", default="best", help="best (the best evaluated model), final, or the step count of a checkpoint")
     p.add_argument("--planner-takeover-probability", type=float, default=None,
                    help="the planner decides the steps whose chosen action the policy gives a lower probability (default: the run config's; 0: never)")
+    p.add_argument("--reconfiguration-check-samples", type=int, default=None,
+                   help="random streams of the simulated check of every reconfiguration (default: the run config's; 0: no check)")
     p.set_defaults(func=cmd_export)

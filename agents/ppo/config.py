@@ -163,6 +163,10 @@ class TrainConfig:
     planner_takeover_probability: float = 0.0
     """deployment, stored in the exported policy: the planner (migrator-ilp) decides every
     step whose chosen action the policy gives a probability below this (0: never)"""
+    reconfiguration_check_samples: int = 0
+    """deployment, stored in the exported policy: a decision that changes the running
+    configuration is applied only if the simulator, run from the observed state on this many
+    random streams, predicts it earns more than keeping the running one (0: no check)"""
     ppo: PpoConfig = field(default_factory=PpoConfig)
     """MaskablePPO hyper-parameters"""
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)

@@ -16,8 +16,8 @@ needs no exporter beyond the ``onnx`` package and computes exactly what SB3's
 Inputs: ``observation`` float32 ``[batch, obs_dim]``, ``action_mask`` bool
 ``[batch, sum(nvec)]``. Outputs: ``action`` int64 ``[batch, len(nvec)]``,
 ``action_log_prob`` float32 ``[batch]``. The metadata holds ``nvec`` and ``obs_dim`` (JSON)
-and any extra items given (a run's export adds the scenario, the run config and
-``planner_takeover_probability``).
+and any extra items given (a run's export adds the scenario, the run config,
+``planner_takeover_probability`` and ``reconfiguration_check_samples``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from rlsched.agents.onnx_policy import TAKEOVER_KEY, takeover_probability
+from rlsched.agents.onnx_policy import CHECK_KEY, TAKEOVER_KEY, check_samples, takeover_probability
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_bytes_atomically
 
@@ -44,11 +44,15 @@ OPSET = 17
 IR_VERSION = 8
 
 
-def takeover_metadata(config: object, probability: float | None = None) -> dict[str, str]:
-    """The metadata item of the planner-takeover probability: ``probability``, or the run
-    config's ``planner_takeover_probability`` when None; checked to lie in [0, 1]."""
-    value = config.planner_takeover_probability if probability is None else probability  # type: ignore[attr-defined]
-    return {TAKEOVER_KEY: json.dumps(takeover_probability(value, "--planner-takeover-probability", TAKEOVER_KEY))}
+def deployment_metadata(config: object, probability: float | None = None, samples: int | None = None) -> dict[str, str]:
+    """The metadata items of how the policy is deployed: the planner-takeover probability
+    (``probability``, or the run config's ``planner_takeover_probability`` when None; checked
+    to lie in [0, 1]) and the reconfiguration check's random streams (``samples``, or the run
+    config's ``reconfiguration_check_samples`` when None; an integer >= 0)."""
+    probability = config.planner_takeover_probability if probability is None else probability  # type: ignore[attr-defined]
+    samples = config.reconfiguration_check_samples if samples is None else samples  # type: ignore[attr-defined]
+    return {TAKEOVER_KEY: json.dumps(takeover_probability(probability, "--planner-takeover-probability", TAKEOVER_KEY)),
+            CHECK_KEY: json.dumps(check_samples(samples, "--reconfiguration-check-samples", CHECK_KEY))}
 
 
 def linear_layers(modules: list[object]) -> list[tuple[np.ndarray, np.ndarray, str | None]]:
@@ -148,7 +152,8 @@ def policy_graph(layers: list[tuple[np.ndarray, np.ndarray, str | None]], nvec: 
     return onnx_model
 
 
-def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = "best", planner_takeover_probability: float | None = None) -> Path:
+def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = "best", planner_takeover_probability: float | None = None,
+               reconfiguration_check_samples: int | None = None) -> Path:
     """Export a run folder's policy to ONNX (atomically); returns the file written.
 
     :param run_dir: a run folder of :func:`rlsched.agents.ppo.train.train`
@@ -158,6 +163,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
     :param planner_takeover_probability: stored in the metadata: the planner decides the
         steps whose chosen action has a lower probability (None: the run config's
         ``planner_takeover_probability``; 0: never)
+    :param reconfiguration_check_samples: stored in the metadata: random streams of the
+        simulated check of every reconfiguration (None: the run config's; 0: no check)
     """
     import pickle
 
@@ -191,7 +198,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
         mean, var, clip = stats.obs_rms.mean, stats.obs_rms.var, float(stats.clip_obs)
     onnx_model = build_onnx(model, mean, var, clip, {"scenario": config.scenario, "source": str(model_path.relative_to(run_dir)),
                                                        "num_timesteps": str(model.num_timesteps), "config": config.to_yaml(),
-                                                       **takeover_metadata(config, planner_takeover_probability)})
+                                                       **deployment_metadata(config, planner_takeover_probability, reconfiguration_check_samples)})
     path = Path(out) if out is not None else run_dir / "policy.onnx"
     write_bytes_atomically(path, onnx_model.SerializeToString())
     return path

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlsched.agents.ppo.export import linear_layers, policy_graph, takeover_metadata
+from rlsched.agents.ppo.export import deployment_metadata, linear_layers, policy_graph
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_bytes_atomically
 
@@ -54,12 +54,14 @@ def is_rllib_run(run_dir: str | Path) -> bool:
     return path.exists() and "rllib" in (yaml.safe_load(path.read_text()) or {})
 
 
-def export_rllib_run(run_dir: str | Path, out: str | Path | None = None, which: str = "final", planner_takeover_probability: float | None = None) -> Path:
+def export_rllib_run(run_dir: str | Path, out: str | Path | None = None, which: str = "final", planner_takeover_probability: float | None = None,
+                     reconfiguration_check_samples: int | None = None) -> Path:
     """Export the policy of an RLlib run folder's checkpoint to ONNX; returns the file.
 
     :param which: ``final`` (or ``best``: the RLlib engine keeps no best model, so the
         final one), or the step count of one of the run's ``checkpoints/rllib_<steps>_steps``
     :param planner_takeover_probability: as :func:`rlsched.agents.ppo.export.export_run`'s
+    :param reconfiguration_check_samples: as :func:`rlsched.agents.ppo.export.export_run`'s
     """
     from rlsched.agents.rllib import require_ray
     from rlsched.agents.rllib.config import load_rllib_config
@@ -82,4 +84,4 @@ def export_rllib_run(run_dir: str | Path, out: str | Path | None = None, which: 
     observations = module.observation_space["observations"]  # the Dict space of the masking module
     return export_module(module, list(module.action_space.nvec), int(np.prod(observations.shape)), Path(out) if out else run_dir / POLICY_FILE,
                          {"scenario": config.scenario, "source": str(source), "config": config.to_yaml(),
-                          **takeover_metadata(config, planner_takeover_probability)})
+                          **deployment_metadata(config, planner_takeover_probability, reconfiguration_check_samples)})

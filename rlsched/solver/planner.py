@@ -270,9 +270,8 @@ class Planner:
             served = self.scenario.tenant(tenant.serves)
             c = tenant.curve
             acc0 = accuracy.get(tenant.serves, c.accuracy(tenant.units_after_drift))
-            gap = 1.0 - c.b2 - acc0
             # Ekya's curve inverted at the served model's accuracy: the units retrained so far.
-            units0 = max(0.0, (1.0 / gap - c.b1) / c.b0) if gap > 0 else math.inf
+            units0 = c.units_for(acc0)
             per_window = rate * self.interval_s / tenant.samples_per_unit
             value = 0.0
             if math.isfinite(units0):

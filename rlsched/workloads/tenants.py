@@ -14,6 +14,7 @@ parameters: every scenario file states its values and where they come from.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 from rlsched.workloads.arrivals import ArrivalProcess
@@ -92,6 +93,12 @@ class EkyaCurve:
         """Accuracy after ``units`` of retraining, clipped to [0, 1]."""
         value = 1.0 - (1.0 / (self.b0 * units + self.b1) + self.b2)
         return min(1.0, max(0.0, value))
+
+    def units_for(self, accuracy: float) -> float:
+        """The retraining units at which the curve reaches ``accuracy`` (its inverse; 0 below
+        the curve's start, infinite at or above its ceiling ``1 - b2``)."""
+        gap = 1.0 - self.b2 - accuracy
+        return max(0.0, (1.0 / gap - self.b1) / self.b0) if gap > 0 else math.inf
 
 
 @dataclass
