@@ -224,6 +224,10 @@ def format_table(result: dict[str, Any]) -> str:
             share = sum(r["planner_steps"] for r in reports) / max(1, sum(r["steps"] for r in reports))
             lines.append(f"\n{name}: the planner (migrator-ilp) decided {share:.0%} of the steps, those whose action the policy "
                          f"gave a probability below {reports[0]['planner_takeover_probability']:g}")
+        if reports and all(r and "checked_changes" in r for r in reports):
+            checked, kept = sum(r["checked_changes"] for r in reports), sum(r["kept_by_check"] for r in reports)
+            lines.append(f"{name}: the reconfiguration check kept {kept:,} of {checked:,} proposed changes out (the simulator "
+                         "predicted no gain over keeping the running configuration)")
     paired = result.get("paired")
     if paired:
         lines.append(f"\nGoodput minus {paired['reference']}'s (the best non-oracle policy), episode by episode on the same seeds: "

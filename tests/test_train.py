@@ -269,6 +269,11 @@ def test_reconfiguration_check_keeps_the_running_configuration_unless_a_gain_is_
     checked = f"ppo:{_takeover_copy(always, tmp_path / 'checked.onnx', '2', key='reconfiguration_check_samples')}"
     real = run_episode(env, checked, 3)
     assert real.report["checked_changes"] >= real.report["kept_by_check"] and real.report["checked_changes"] > 0
+    from rlsched.agents.evaluation import evaluate, format_table
+
+    result, _ = evaluate(TINY, [checked], perf_model="toy", progress=False)
+    report = result["reports"][checked][0]
+    assert f"the reconfiguration check kept {report['kept_by_check']:,} of {report['checked_changes']:,} proposed changes out" in format_table(result)
     monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state: 1.0)
     passed = run_episode(env, checked, 3)
     assert passed.goodput == planner.goodput and passed.layouts == planner.layouts and passed.report["kept_by_check"] == 0
