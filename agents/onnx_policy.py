@@ -221,7 +221,8 @@ class PpoPolicy(Policy):
         if proposal == env.current:
             return decision
         elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
-        self.last_check_gain = self.check.gain(proposal, env.current, elapsed_s, *observed_load(env))
+        left = round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s) if env.backend.episodic else None
+        self.last_check_gain = self.check.gain(proposal, env.current, elapsed_s, *observed_load(env), intervals_left=left)
         self.report["checked_changes"] += 1
         if self.last_check_gain > 0.0:
             return decision

@@ -31,6 +31,8 @@ class Backend(Protocol):
     scenario: Scenario
     #: the performance model behind the backend's predictions (policies plan with it)
     perf_model: PerformanceModelLike
+    #: whether an episode ends at the scenario's duration (the simulator) or the node runs on (real GPUs)
+    episodic: bool
 
     def reset(self, seed: int | None, configuration: Configuration | None) -> None:
         """Start an episode at time 0 in ``configuration`` (None: nothing deployed yet)."""
@@ -105,6 +107,8 @@ class SimBackend:
     :param scenario: the node and its tenants
     :param perf_model: the performance model the simulator and the memory needs use
     """
+
+    episodic = True
 
     def __init__(self, scenario: Scenario, perf_model: PerformanceModelLike) -> None:
         self.scenario = scenario

@@ -65,13 +65,15 @@ def test_check_prefers_the_better_configuration_and_is_reproducible():
     assert check.gain(LARGER, RUNNING, 20.0, {"svc": 20.0, "other": 50.0}, {"svc": 0.0, "other": 0.0}, {}) < 0.0
 
 
-def test_check_horizon_stops_at_the_episode_end():
+def test_check_horizon_stops_at_the_episode_end_only_if_there_is_one():
     check = ReconfigurationCheck(node(duration_s=100.0), FakePerformanceModel(), horizon_intervals=6, samples=1)
     steps = []
     original = check.model.step
     check.model.step = lambda configuration: steps.append(configuration) or original(configuration)
-    check.gain(LARGER, RUNNING, 80.0, {"svc": 900.0, "other": 50.0}, {}, {})
+    check.gain(LARGER, RUNNING, 80.0, {"svc": 900.0, "other": 50.0}, {}, {}, intervals_left=2)
     assert len(steps) == 2 * 2  # 2 intervals left, for each candidate
+    check.gain(LARGER, RUNNING, 80.0, {"svc": 900.0, "other": 50.0}, {}, {})  # a real node runs on
+    assert len(steps) == 2 * 2 + 2 * 6
     with pytest.raises(ValueError, match="samples"):
         ReconfigurationCheck(node(), FakePerformanceModel(), samples=0)
-    assert math.isfinite(check.gain(LARGER, RUNNING, 90.0, {"svc": 1.0, "other": 1.0}, {}, {}))
+    assert math.isfinite(check.gain(LARGER, RUNNING, 90.0, {"svc": 1.0, "other": 1.0}, {}, {}, intervals_left=1))

@@ -274,10 +274,10 @@ def test_reconfiguration_check_keeps_the_running_configuration_unless_a_gain_is_
     result, _ = evaluate(TINY, [checked], perf_model="toy", progress=False)
     report = result["reports"][checked][0]
     assert f"the reconfiguration check kept {report['kept_by_check']:,} of {report['checked_changes']:,} proposed changes out" in format_table(result)
-    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state: 1.0)
+    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state, **left: 1.0)
     passed = run_episode(env, checked, 3)
     assert passed.goodput == planner.goodput and passed.layouts == planner.layouts and passed.report["kept_by_check"] == 0
-    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state: -1.0)
+    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state, **left: -1.0)
     kept = run_episode(env, checked, 3)
     assert kept.reconfigurations == 0 and kept.report["kept_by_check"] == kept.report["checked_changes"] > 0
 

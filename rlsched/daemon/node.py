@@ -102,6 +102,9 @@ class NvmlNodeBackend:
     :param telemetry: read NVML memory/GPM per instance every interval
     """
 
+    #: A real node runs on: no episode end (see :class:`rlsched.envs.backends.Backend`).
+    episodic = False
+
     def __init__(
         self,
         scenario: Scenario,

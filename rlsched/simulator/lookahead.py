@@ -42,22 +42,22 @@ class ReconfigurationCheck:
             raise ValueError(f"horizon_intervals and samples must be >= 1 (got {horizon_intervals}, {samples})")
         self.model = NodeSimulator(scenario, perf_model, seed=0)
         self.interval_s = float(scenario.decision_interval_s)
-        self.duration_s = float(scenario.duration_s)
         self.horizon_intervals = horizon_intervals
         self.samples = samples
 
     def gain(self, proposal: Configuration, running: Configuration, time_s: float, rates_rps: Mapping[str, float],
-             backlog: Mapping[str, float], accuracy: Mapping[str, float]) -> float:
-        """Mean reward of applying ``proposal`` minus keeping ``running``, over the horizon
-        (cut at the episode's end), request-equivalents.
+             backlog: Mapping[str, float], accuracy: Mapping[str, float], intervals_left: int | None = None) -> float:
+        """Mean reward of applying ``proposal`` minus keeping ``running``, over the horizon,
+        request-equivalents.
 
         :param time_s: the node's elapsed time, seconds (also seeds the streams: a check is reproducible)
         :param rates_rps: per inference tenant, the forecast arrival rate, requests/s
         :param backlog: per inference tenant, requests waiting or in service
         :param accuracy: per served inference tenant, its model's current accuracy
+        :param intervals_left: decision intervals until the episode ends, which cuts the
+            horizon (None: the node runs on, as a real one does)
         """
-        left = int(round((self.duration_s - time_s) / self.interval_s))
-        horizon = max(1, min(self.horizon_intervals, left))
+        horizon = self.horizon_intervals if intervals_left is None else max(1, min(self.horizon_intervals, intervals_left))
         base_seed = int(round(time_s / self.interval_s)) * 1000
         differences = [self._value(proposal, running, time_s, rates_rps, backlog, accuracy, horizon, base_seed + k)
                        - self._value(running, running, time_s, rates_rps, backlog, accuracy, horizon, base_seed + k)
