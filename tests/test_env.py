@@ -239,3 +239,17 @@ def test_load_features_are_arrival_rates_in_whole_gpus(env):
             assert observation[names.index(f"{t.name}/{feature}")] == pytest.approx(expected, rel=1e-5, abs=1e-6)
             checked += expected > 0
     assert checked > 0  # some tenant saw arrivals
+
+
+def test_repaired_configuration_is_what_the_step_applies_without_applying_it():
+    env = GpuShareEnv(TINY, perf_model="toy")
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    for action in [env.action_space.sample() for _ in range(3)] + [np.zeros(env.action_space.shape, dtype=np.int64)]:
+        running = env.current
+        preview = env.repaired_configuration(action)
+        assert env.current == running  # nothing applied
+        env.step(action)
+        assert env.current == preview
+    configuration = env.current
+    assert env.repaired_configuration(configuration) == configuration  # an executable configuration stays as it is
