@@ -60,9 +60,18 @@ def takeover_probability(value: object, source: object, field: str, reason: str 
 def check_samples(value: object, source: object, field: str) -> int:
     """``value`` as the number of random streams of the reconfiguration check; a
     :class:`ConfigError` naming ``source``, ``field`` and ``value`` unless it is an integer >= 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value != int(value) or value < 0:
         raise ConfigError(source, field, value, "must be an integer >= 0 (0: no check)")
     return int(value)
+
+
+def _metadata_value(meta: dict[str, str], key: str) -> object:
+    """A metadata item as JSON (absent: 0), or its raw text when it is not JSON (for the error)."""
+    text = meta.get(key, "0")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 class OnnxPolicy:
@@ -92,16 +101,8 @@ class OnnxPolicy:
         self.obs_dim = int(json.loads(meta["obs_dim"]))
         self.metadata = dict(meta)
         self.outputs = [output.name for output in self.session.get_outputs()]
-        try:
-            stored = json.loads(meta.get(TAKEOVER_KEY, "0"))
-        except ValueError:
-            stored = meta.get(TAKEOVER_KEY)
-        self.takeover_probability = takeover_probability(stored, self.path, TAKEOVER_KEY)
-        try:
-            samples = json.loads(meta.get(CHECK_KEY, "0"))
-        except ValueError:
-            samples = meta.get(CHECK_KEY)
-        self.check_samples = check_samples(samples, self.path, CHECK_KEY)
+        self.takeover_probability = takeover_probability(_metadata_value(meta, TAKEOVER_KEY), self.path, TAKEOVER_KEY)
+        self.check_samples = check_samples(_metadata_value(meta, CHECK_KEY), self.path, CHECK_KEY)
 
     @classmethod
     def load(cls, path: str | Path) -> OnnxPolicy:
