@@ -18,8 +18,9 @@ in the daemon alike; the episode report counts those steps.
 Reconfigurations are checked in the simulator: a file whose metadata sets
 ``reconfiguration_check_samples`` n > 0 applies a decision that changes the running
 configuration only if :class:`~rlsched.simulator.lookahead.ReconfigurationCheck` (n random
-streams, the forecast rates, from the observed state) predicts it earns more than keeping the
-running one; otherwise the running configuration is kept. The report counts both.
+streams of arrivals replaying the rates measured in the recent intervals, from the observed
+state) predicts it earns more than keeping the running one; otherwise the running
+configuration is kept. The report counts both.
 """
 
 from __future__ import annotations
@@ -218,10 +219,13 @@ class PpoPolicy(Policy):
         self.last_check_gain = None
         if self.check is None or env.current is None:
             return decision
+        elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
+        if env.last_step is not None:
+            measured = env.backend.observe()
+            self.check.record(elapsed_s, {name: m["arrival_rate_rps"] for name, m in measured.items() if "arrival_rate_rps" in m})
         proposal = env.repaired_configuration(decision)
         if proposal == env.current:
             return decision
-        elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
         left = round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s) if env.backend.episodic else None
         self.last_check_gain = self.check.gain(proposal, env.current, elapsed_s, *observed_load(env), intervals_left=left)
         self.report["checked_changes"] += 1

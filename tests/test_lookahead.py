@@ -1,5 +1,6 @@
 """The simulated check of reconfigurations: the model starts from the observed state only,
-the check is reproducible and tells a clearly better configuration from a clearly worse one."""
+its forecast replays the measured rates, the check is reproducible and tells a clearly
+better configuration from a clearly worse one."""
 
 import math
 
@@ -10,7 +11,7 @@ from rlsched.hardware import parse_layout
 from rlsched.simulator.lookahead import ReconfigurationCheck
 from rlsched.simulator.node import NodeSimulator
 from rlsched.simulator.testing import FakePerformanceModel
-from rlsched.workloads.arrivals import MmppArrivals, PoissonArrivals
+from rlsched.workloads.arrivals import MmppArrivals, PoissonArrivals, RateSeriesArrivals
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import ContinualLearningJob, EkyaCurve, InferenceTenant
 
@@ -23,7 +24,7 @@ def config(layout: str, placements: dict) -> Configuration:
 
 
 def node(duration_s: float = 100.0) -> Scenario:
-    # MMPP arrivals: the real process must not leak into the model (it is replaced by Poisson).
+    # MMPP arrivals: the real process must not leak into the model (it is replaced by the forecast).
     serve = InferenceTenant("svc", "toy-a", slo_ms=50, arrivals=MmppArrivals((50.0, 5000.0), (10.0, 10.0)), max_batch=8, queue_capacity=512, restart_s=5.0)
     other = InferenceTenant("other", "toy-b", slo_ms=50, arrivals=PoissonArrivals(100.0), max_batch=8, restart_s=5.0)
     job = ContinualLearningJob("cl", serves="svc", model="toy-c", curve=EkyaCurve(0.5, 2.0, 0.05), samples_per_unit=1000, drift_window_s=40, restart_s=5.0)
@@ -38,7 +39,7 @@ LARGER = config("4g@0,3g@4", {"svc": TenantPlacement(0, 0, 100, 8), "other": Ten
 def test_reset_to_observed_starts_from_the_observed_state_only():
     sim = NodeSimulator(node(), FakePerformanceModel(), seed=0)
     accuracy = EkyaCurve(0.5, 2.0, 0.05).accuracy(3.0)
-    sim.reset_to_observed(7, 50.0, RUNNING, {"svc": 120.0, "other": 80.0}, {"svc": 40}, {"svc": accuracy})
+    sim.reset_to_observed(7, 50.0, RUNNING, {"svc": PoissonArrivals(120.0), "other": PoissonArrivals(80.0)}, {"svc": 40}, {"svc": accuracy})
     assert sim.time_s == 50.0 and sim.observation()["svc"]["queue_length"] == 40 and sim.observation()["other"]["queue_length"] == 0
     assert sim.accuracy_of("svc") == pytest.approx(accuracy)  # Ekya's curve inverted: 3 units
     assert all(isinstance(p, PoissonArrivals) for p in sim._arrivals.values()) and sim._arrivals["svc"].rate_rps == 120.0
@@ -76,4 +77,42 @@ def test_check_horizon_stops_at_the_episode_end_only_if_there_is_one():
     assert len(steps) == 2 * 2 + 2 * 6
     with pytest.raises(ValueError, match="samples"):
         ReconfigurationCheck(node(), FakePerformanceModel(), samples=0)
+    with pytest.raises(ValueError, match="history_intervals"):
+        ReconfigurationCheck(node(), FakePerformanceModel(), history_intervals=0)
     assert math.isfinite(check.gain(LARGER, RUNNING, 90.0, {"svc": 1.0, "other": 1.0}, {}, {}, intervals_left=1))
+
+
+def record(check: ReconfigurationCheck, svc_rates: list[float]) -> None:
+    for i, rate in enumerate(svc_rates):
+        check.record(10.0 * (i + 1), {"svc": rate, "other": 50.0, "cl": 1.0})  # a non-tenant key is ignored
+
+
+def test_forecast_replays_the_measured_rates_and_falls_back_to_the_smoothed_rate():
+    check = ReconfigurationCheck(node(), FakePerformanceModel(), horizon_intervals=5, samples=1, history_intervals=4)
+    smoothed = {"svc": 300.0, "other": 50.0}
+    record(check, [1.0, 2.0])
+    short = check.forecast(smoothed, 20.0, 5, seed=3)
+    assert isinstance(short["svc"], PoissonArrivals) and short["svc"].rate_rps == 300.0  # 2 intervals: too few
+    record(check, [1.0, 2.0, 10.0, 20.0, 30.0, 40.0])  # the first two repeat times already recorded: ignored
+    assert list(check._history["svc"]) == [10.0, 20.0, 30.0, 40.0]  # the last 4 intervals only
+    starts = set()
+    for seed in range(20):
+        replay = check.forecast(smoothed, 60.0, 5, seed)["svc"]
+        assert isinstance(replay, RateSeriesArrivals)
+        rates = [replay.window_rate_rps(60.0 + 10 * i, 70.0 + 10 * i) for i in range(5)]
+        start = [10.0, 20.0, 30.0, 40.0].index(rates[0])
+        assert rates == [[10.0, 20.0, 30.0, 40.0][(start + i) % 4] for i in range(5)]  # looped, in order, from node time 60 s
+        starts.add(start)
+        assert check.forecast(smoothed, 60.0, 5, seed)["svc"].rates_rps.tolist() == replay.rates_rps.tolist()  # reproducible
+    assert starts == {0, 1, 2, 3}
+
+
+def test_bursts_in_the_history_reach_the_check():
+    """A tenant bursting one interval in four values the larger GI where a steady tenant of
+    the same mean rate does not: a smoothed rate would hide the bursts."""
+    verdicts = {}
+    for label, svc_rates in (("steady", [200.0] * 8), ("bursty", [50.0, 50.0, 50.0, 650.0] * 2)):
+        check = ReconfigurationCheck(node(), FakePerformanceModel(), horizon_intervals=6, samples=4)
+        record(check, svc_rates)
+        verdicts[label] = check.gain(LARGER, RUNNING, 80.0, {"svc": 200.0, "other": 50.0}, {"svc": 0.0, "other": 0.0}, {})
+    assert verdicts["steady"] < 0.0 < verdicts["bursty"]

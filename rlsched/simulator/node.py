@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +40,7 @@ from rlsched.goodput import GoodputTerms, goodput_terms
 from rlsched.hardware import GpuInstance, change_plan, load_gpu
 from rlsched.simulator import queueing as q
 from rlsched.simulator.perf import CoRunner, PerformanceModelLike
-from rlsched.workloads.arrivals import PoissonArrivals
+from rlsched.workloads.arrivals import ArrivalProcess
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
 
@@ -206,27 +207,27 @@ class NodeSimulator:
             process.reset(self.rng)
         return self.observation()
 
-    def reset_to_observed(self, seed: int, time_s: float, configuration: Configuration, rates_rps: dict[str, float],
-                          backlog: dict[str, float], accuracy: dict[str, float]) -> None:
+    def reset_to_observed(self, seed: int, time_s: float, configuration: Configuration, arrivals: Mapping[str, ArrivalProcess],
+                          backlog: Mapping[str, float], accuracy: Mapping[str, float]) -> None:
         """Start from a state a policy observed instead of from time 0: a model of the node
         for a lookahead (:mod:`rlsched.simulator.lookahead`).
 
-        Each inference tenant's coming arrivals are Poisson at ``rates_rps`` (the forecast,
-        not the real process), its ``backlog`` requests wait from ``time_s`` (their true
-        waiting times are not observed), no batch is in flight and no restart is pending;
-        a retraining job's progress is the units that give the served model ``accuracy``
-        (Ekya's curve inverted), the next drift at the next multiple of its window.
+        Each inference tenant's coming arrivals follow ``arrivals`` (a forecast, not the real
+        process), its ``backlog`` requests wait from ``time_s`` (their true waiting times are
+        not observed), no batch is in flight and no restart is pending; a retraining job's
+        progress is the units that give the served model ``accuracy`` (Ekya's curve
+        inverted), the next drift at the next multiple of its window.
 
         :param seed: seeds the Generator of the coming arrivals and service jitter
         :param time_s: the node's elapsed time, seconds
         :param configuration: the running configuration (the first :meth:`step` pays only the changes from it)
-        :param rates_rps: per inference tenant, the forecast arrival rate, requests/s
+        :param arrivals: per inference tenant, its forecast arrival process in node time
         :param backlog: per inference tenant, requests waiting or in service (missing: none)
         :param accuracy: per served inference tenant, its model's current accuracy (missing: right after a drift)
         """
         # Replaced before the reset, which resets the processes: the real ones may draw from
         # the Generator (an MMPP's initial state), and every start must draw the same stream.
-        self._arrivals = {t.name: PoissonArrivals(float(rates_rps[t.name])) for t in self.scenario.inference_tenants()}
+        self._arrivals = {t.name: arrivals[t.name] for t in self.scenario.inference_tenants()}
         self.reset(seed, configuration)
         self.time_s = float(time_s)
         for name, server in self._servers.items():
