@@ -267,8 +267,18 @@ def test_reconfiguration_check_keeps_the_running_configuration_unless_a_gain_is_
     # The planner decides every step (p = 1), each change checked on 2 random streams.
     always = _takeover_copy(run / "pretrain" / "student_0.onnx", tmp_path / "always.onnx", "1.0")
     checked = f"ppo:{_takeover_copy(always, tmp_path / 'checked.onnx', '2', key='reconfiguration_check_samples')}"
+    recorded = []
+    original_record = ReconfigurationCheck.record
+    monkeypatch.setattr(ReconfigurationCheck, "record", lambda self, t, rates: recorded.append((t, dict(rates))) or original_record(self, t, rates))
     real = run_episode(env, checked, 3)
     assert real.report["checked_changes"] >= real.report["kept_by_check"] and real.report["checked_changes"] > 0
+    # The check's forecast is fed every interval's measured rates, once per interval, of the inference tenants only.
+    interval_s = env.scenario.decision_interval_s
+    assert [t for t, _ in recorded] == [interval_s * (k + 1) for k in range(real.report["steps"] - 1)]
+    inference = {t.name for t in env.scenario.inference_tenants()}
+    assert all(set(rates) == inference and min(rates.values()) >= 0.0 for _, rates in recorded)
+    assert any(rate > 0.0 for _, rates in recorded for rate in rates.values())
+    monkeypatch.setattr(ReconfigurationCheck, "record", original_record)
     from rlsched.agents.evaluation import evaluate, format_table
 
     result, _ = evaluate(TINY, [checked], perf_model="toy", progress=False)

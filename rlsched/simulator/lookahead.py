@@ -15,7 +15,7 @@ a random start, the per-interval arrival rates measured over the last
 bursts therefore come back in the forecast in proportion to how often they came, where a
 smoothed rate would hide them (an arrival model that hid them made the check refuse
 changes that guard against bursts, and a short horizon made it refuse changes that pay
-back slowly: README, "What was tried", row "simulated check of reconfigurations"). A
+back slowly: README, "Draws of the training family"). A
 tenant with fewer than ``MIN_HISTORY_INTERVALS`` measured intervals gets Poisson arrivals
 at its smoothed (EWMA) rate.
 """
@@ -34,8 +34,8 @@ from rlsched.workloads.arrivals import ArrivalProcess, PoissonArrivals, RateSeri
 from rlsched.workloads.scenario import Scenario
 
 #: Intervals simulated per candidate, random streams per check, and measured intervals a
-#: forecast replays (chosen on training traces: README, "What was tried", row "simulated
-#: check of reconfigurations").
+#: forecast replays (chosen on training traces: README, "What was tried", rows "simulated
+#: check of reconfigurations" and "check with replayed measured rates, 24 intervals").
 HORIZON_INTERVALS = 24
 SAMPLES = 8
 HISTORY_INTERVALS = 30
