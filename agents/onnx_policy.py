@@ -219,8 +219,11 @@ class PpoPolicy(Policy):
         self.last_check_gain = None
         if self.check is None or env.current is None:
             return decision
-        elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
+        elapsed_s = 0.0
         if env.last_step is not None:
+            elapsed_s = env.last_step.t_end_s
+            # The check's forecast replays the measured rates: it must see every interval's,
+            # including those whose decision changes nothing.
             measured = env.backend.observe()
             self.check.record(elapsed_s, {name: m["arrival_rate_rps"] for name, m in measured.items() if "arrival_rate_rps" in m})
         proposal = env.repaired_configuration(decision)
