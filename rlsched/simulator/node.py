@@ -184,9 +184,9 @@ class NodeSimulator:
         """
         if seed is not None:
             self._seed = seed
-            self.rng = np.random.default_rng(seed)
-        elif not hasattr(self, "rng"):
-            self.rng = np.random.default_rng(self._seed)
+            self._seed_streams(seed)
+        elif not hasattr(self, "_arrival_rng"):
+            self._seed_streams(self._seed)
         self.time_s = 0.0
         self.step_index = 0
         self._config = configuration if configuration is not None else self.scenario.reference
@@ -203,9 +203,23 @@ class NodeSimulator:
         self._work_done = {t.name: 0.0 for t in self.scenario.tenants}
         self._downtime_total_s = {t.name: 0.0 for t in self.scenario.tenants}
         self.totals = GoodputTerms()
-        for process in self._arrivals.values():
-            process.reset(self.rng)
+        for name, process in self._arrivals.items():
+            process.reset(self._arrival_rng[name])
         return self.observation()
+
+    def _seed_streams(self, seed: int | None) -> None:
+        """One Generator per tenant for its arrivals and one for its service jitter.
+
+        Separate streams keep the arrivals a function of the seed alone: a policy's
+        decisions (which change how many batches draw jitter) never change which requests
+        arrive. Every policy scored on a seed meets the same requests (common random
+        numbers), and a hindsight search can replay them.
+        """
+        root = np.random.SeedSequence(seed)
+        arrival_seeds, service_seeds = root.spawn(2)
+        names = [t.name for t in self.scenario.tenants]
+        self._arrival_rng = {n: np.random.default_rng(s) for n, s in zip(names, arrival_seeds.spawn(len(names)), strict=True)}
+        self._service_rng = {n: np.random.default_rng(s) for n, s in zip(names, service_seeds.spawn(len(names)), strict=True)}
 
     def reset_to_observed(self, seed: int, time_s: float, configuration: Configuration, arrivals: Mapping[str, ArrivalProcess],
                           backlog: Mapping[str, float], accuracy: Mapping[str, float]) -> None:
@@ -503,7 +517,7 @@ class NodeSimulator:
 
     def _serve(self, t: InferenceTenant, slot: _Slot | None, t0: float, t1: float, up_from: float, speed: float) -> TenantStepStats:
         server = self._servers[t.name]
-        arrivals = self._arrivals[t.name].sample(t0, t1, self.rng)
+        arrivals = self._arrivals[t.name].sample(t0, t1, self._arrival_rng[t.name])
         server.out.fill(0.0)
         server.hist_step.fill(0)
         if slot is None:
@@ -513,7 +527,7 @@ class NodeSimulator:
             if speed != 1.0:
                 mean_s = mean_s / speed
         q.serve_interval(arrivals, t0, t1, max(up_from, t0), server.wait_buf, server.flight_buf, server.state,
-                         mean_s, sigma, batch, t.batch_timeout_ms / 1000.0, t.slo_ms / 1000.0, self.rng, server.hist_step, server.out)
+                         mean_s, sigma, batch, t.batch_timeout_ms / 1000.0, t.slo_ms / 1000.0, self._service_rng[t.name], server.hist_step, server.out)
         q.close_interval(server.hist_step, server.hist_total, _P50_P99, server.percentiles_ms, _EDGES_MS)
         out = server.out
         server.totals += out

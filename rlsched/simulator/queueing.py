@@ -151,7 +151,7 @@ def serve_interval(
     :param batch_max: largest batch the server forms (< len(service_mean_s))
     :param timeout_s: longest the oldest waiting request is held for a fuller batch, seconds
     :param slo_s: latency objective, seconds (a completion within it is on time)
-    :param rng: the simulation's Generator (numba draws from the same stream), for jitter
+    :param rng: the tenant's service-jitter Generator (numba draws from the same stream)
     :param hist: latency histogram (``HIST_*`` bins), incremented in place
     :param out: interval statistics (``O_*`` slots), incremented in place
     """
