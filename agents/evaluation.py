@@ -4,7 +4,9 @@ Every policy runs the same episodes (seeds ``seed, seed + 1, ...``) of the envir
 per policy the metrics are means over episodes:
 
 - ``goodput``: the episode objective (:mod:`rlsched.goodput`, the sum of rewards)
-- ``goodput_vs_oracle``: goodput / the oracle's goodput (None when the oracle did not run)
+- ``goodput_vs_hindsight`` / ``goodput_vs_static_best``: goodput / that of ``hindsight`` (the
+  best configuration sequence found in hindsight) / of ``static-best`` (the best fixed
+  configuration in hindsight); None when that policy did not run
 - ``slo_attainment`` / ``slo_attainment_high``: on-time requests / (completed + dropped),
   over all inference tenants / over high-priority ones (None when there are none)
 - ``latency_ms_p99``: the worst inference tenant's whole-episode p99 latency, ms
@@ -12,10 +14,17 @@ per policy the metrics are means over episodes:
   running before
 - ``repair_rate``: fraction of steps whose decision the ILP had to change
 - ``decision_ms_p50`` / ``decision_ms_p99``: policy + repair wall time per step, ms
+
+A policy that cannot run the scenario (a network made for another node shape) gets a row
+``{"n/a": reason}`` and the evaluation goes on. With both ``hindsight`` and ``static-best``
+the result states the scenario's ``headroom`` = hindsight / static-best: what dynamic
+decisions could earn over the best fixed configuration. Every episode's applied
+configurations are recorded, so :func:`replay` can re-simulate them and confirm each Goodput.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -27,16 +36,18 @@ from typing import Any
 import numpy as np
 
 from rlsched.agents.baselines import POLICIES, apply, make_policy
+from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 from rlsched.simulator.perf import PerformanceModelLike
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import Priority
 
-METRICS = ("goodput", "goodput_vs_oracle", "slo_attainment", "slo_attainment_high", "latency_ms_p99",
+METRICS = ("goodput", "goodput_vs_hindsight", "goodput_vs_static_best", "slo_attainment", "slo_attainment_high", "latency_ms_p99",
            "reconfigurations", "repair_rate", "decision_ms_p50", "decision_ms_p99", "goodput_per_episode")
-#: Policies that know the future (never the reference of the paired comparison).
-HINDSIGHT_POLICIES = ("oracle",)
+#: Policies that search the whole episode in hindsight, seeded with the other policies'
+#: trajectories: they run last, and are never the reference of the paired comparison.
+HINDSIGHT_POLICIES = ("hindsight",)
 
 
 @dataclass
@@ -55,7 +66,8 @@ class Episode:
     on_time_high: int = 0
     decided_high: int = 0
     latency_ms_p99: float = math.nan
-    report: dict[str, Any] | None = None  # what a policy says about its episode (the oracle: which plan won)
+    report: dict[str, Any] | None = None  # what a policy says about its episode (hindsight: which plan won)
+    configurations: list[Configuration] = field(default_factory=list)  # applied, one per step
 
 
 def policy_names(text: str) -> list[str]:
@@ -73,9 +85,16 @@ def policy_names(text: str) -> list[str]:
     return names
 
 
-def run_episode(env: GpuShareEnv, policy_name: str, seed: int, progress: Any = None) -> Episode:
-    """Run one episode of ``policy_name`` on ``env`` from ``seed``."""
+def run_episode(env: GpuShareEnv, policy_name: str, seed: int, progress: Any = None,
+                seed_trajectories: dict[str, list[Configuration]] | None = None) -> Episode:
+    """Run one episode of ``policy_name`` on ``env`` from ``seed``.
+
+    :param seed_trajectories: for a hindsight policy, the configurations other policies
+        applied on this episode (it starts its search from them)
+    """
     policy = make_policy(policy_name)
+    if seed_trajectories is not None and hasattr(policy, "seed_trajectories"):
+        policy.seed_trajectories = dict(seed_trajectories)
     observation, _ = env.reset(seed=seed)
     policy.reset(env)
     episode = Episode(seed)
@@ -88,6 +107,7 @@ def run_episode(env: GpuShareEnv, policy_name: str, seed: int, progress: Any = N
         episode.rewards.append(reward)
         episode.layouts.append(" | ".join(f"{spec} [{','.join(modes)}]" for spec, modes in zip(info["layout"], info["modes"], strict=True)))
         episode.decision_ms.append(act_ms + info["repair_ms"])
+        episode.configurations.append(info["configuration"])
         episode.reconfigurations += bool(info["reconfigured"])
         episode.repaired += bool(info["repaired"])
         if progress is not None:
@@ -121,7 +141,8 @@ def metrics(episodes: Sequence[Episode]) -> dict[str, float | None]:
     steps = sum(len(e.rewards) for e in episodes)
     return {
         "goodput": _mean([e.goodput for e in episodes]),
-        "goodput_vs_oracle": None,
+        "goodput_vs_hindsight": None,
+        "goodput_vs_static_best": None,
         "slo_attainment": _mean([e.on_time / e.decided if e.decided else math.nan for e in episodes]),
         "slo_attainment_high": _mean([e.on_time_high / e.decided_high if e.decided_high else math.nan for e in episodes]),
         "latency_ms_p99": _mean([e.latency_ms_p99 for e in episodes]),
@@ -134,13 +155,15 @@ def metrics(episodes: Sequence[Episode]) -> dict[str, float | None]:
 
 
 def paired_comparison(table: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """Every policy's Goodput against the best non-oracle policy's, episode by episode.
+    """Every policy's Goodput against the best policy's that is not a hindsight search,
+    episode by episode.
 
     The policies ran on the same seeds (the same arrivals: common random numbers), so the
     per-episode differences carry far less noise than the two means: their mean, its
     standard error, and how many episodes were better, equal, worse. None with fewer than
     two episodes or no second policy.
     """
+    table = {name: row for name, row in table.items() if "n/a" not in row}
     candidates = {name: row for name, row in table.items() if name not in HINDSIGHT_POLICIES}
     episodes = len(next(iter(table.values()))["goodput_per_episode"]) if table else 0
     if episodes < 2 or len(candidates) < 2:
@@ -163,11 +186,14 @@ def evaluate(
     episodes: int = 1,
     seed: int = 0,
     perf_model: str | PerformanceModelLike = "calibrated",
-    progress: bool = True,
+    progress: bool | Any = True,
     family: Any = None,
 ) -> tuple[dict[str, Any], dict[str, list[Episode]]]:
     """Run every policy for ``episodes`` episodes; returns (the JSON result, the episodes).
 
+    Hindsight searches run after the other policies and start from their trajectories.
+
+    :param progress: show a progress bar (True), not (False), or a tqdm bar to advance
     :param family: instead of ``scenario``, a :class:`~rlsched.agents.ppo.family.ScenarioFamily`:
         episode k runs on its draw from seed ``seed + k`` (the same draw for every policy), for
         scoring on the training distribution
@@ -181,44 +207,216 @@ def evaluate(
     else:
         envs = [GpuShareEnv(family.sample(np.random.default_rng(seed + k)), perf_model=perf_model) for k in range(episodes)]
         env, scenario_name = envs[0], f"draws of the {family.base.name} family"
-    total_steps = len(policies) * episodes * min(env.scenario.steps, env.spec.max_episode_steps if env.spec and env.spec.max_episode_steps else env.scenario.steps)
+    steps = min(env.scenario.steps, env.spec.max_episode_steps if env.spec and env.spec.max_episode_steps else env.scenario.steps)
+    ordered = [n for n in policies if n not in HINDSIGHT_POLICIES] + [n for n in policies if n in HINDSIGHT_POLICIES]
     from tqdm import tqdm
 
-    bar = tqdm(total=total_steps, desc="eval", unit="step", disable=not progress, mininterval=1.0)
+    own_bar = isinstance(progress, bool)
+    bar = tqdm(total=len(ordered) * episodes * steps, desc="eval", unit="step", disable=not progress, mininterval=1.0) if own_bar else progress
     runs: dict[str, list[Episode]] = {}
+    unavailable: dict[str, str] = {}
+    for name in ordered:
+        bar.set_postfix_str(f"{scenario_name}: {name}")
+        done: list[Episode] = []
+        started_at = bar.n
+        try:
+            for k in range(episodes):
+                seeds = {other: eps[k].configurations for other, eps in runs.items()} if name in HINDSIGHT_POLICIES else None
+                done.append(run_episode(envs[k], name, seed + k, bar, seeds))
+        except ConfigError as exc:  # e.g. a network made for another node shape
+            unavailable[name] = str(exc)
+            bar.update(started_at + episodes * steps - bar.n)
+            continue
+        runs[name] = done
+    if own_bar:
+        bar.close()
+    table: dict[str, dict[str, Any]] = {}
     for name in policies:
-        bar.set_postfix_str(name)
-        runs[name] = [run_episode(envs[k], name, seed + k, bar) for k in range(episodes)]
-    bar.close()
-    table = {name: metrics(eps) for name, eps in runs.items()}
-    oracle = table.get("oracle", {}).get("goodput")
-    if oracle:
+        table[name] = metrics(runs[name]) if name in runs else {"n/a": unavailable[name]}
+    for reference, column in (("hindsight", "goodput_vs_hindsight"), ("static-best", "goodput_vs_static_best")):
+        base = table.get(reference, {}).get("goodput")
         for row in table.values():
-            row["goodput_vs_oracle"] = row["goodput"] / oracle if row["goodput"] is not None else None
-    result = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table}
+            if base and row.get("goodput") is not None:
+                row[column] = row["goodput"] / base
+    result: dict[str, Any] = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table}
+    if family is None:
+        result.update(scenario_identity(env.scenario), perf_model=perf_model if isinstance(perf_model, str) else type(perf_model).__name__)
+    if "goodput_vs_static_best" in table.get("hindsight", {}) and table["hindsight"]["goodput_vs_static_best"] is not None:
+        result["headroom"] = table["hindsight"]["goodput_vs_static_best"]
     paired = paired_comparison(table)
     if paired is not None:
         result["paired"] = paired
     reports = {name: [e.report for e in eps] for name, eps in runs.items() if any(e.report for e in eps)}
     if reports:
         result["reports"] = reports
+    result["trajectories"] = trajectories_json(runs)
     return result, runs
+
+
+def evaluate_suite(
+    suite: Any,
+    policies: Sequence[str],
+    episodes: int = 1,
+    seed: int = 0,
+    perf_model: str | PerformanceModelLike = "calibrated",
+    progress: bool = True,
+    plot_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Every scenario of a :class:`~rlsched.workloads.suite.Suite` under every policy (same
+    seeds everywhere), one result per scenario plus a summary per policy (see
+    :func:`suite_summary`); with ``plot_dir``, one plot per scenario (``<scenario>.png``)."""
+    from tqdm import tqdm
+
+    total = sum(len(policies) * episodes * s.steps for s in suite.scenarios)
+    bar = tqdm(total=total, desc=f"suite {suite.name}", unit="step", disable=not progress, mininterval=1.0)
+    results: dict[str, dict[str, Any]] = {}
+    for scenario in suite.scenarios:
+        result, runs = evaluate(scenario, policies, episodes, seed, perf_model, progress=bar)
+        results[scenario.name] = result
+        if plot_dir is not None and runs:
+            plot(runs, scenario.decision_interval_s, Path(plot_dir) / f"{scenario.name}.png", scenario.name)
+    bar.close()
+    return {"suite": suite.name, "suite_source": suite.source, "seed": seed, "episodes": episodes, "scenarios": results,
+            "summary": suite_summary(results, policies)}
+
+
+def suite_summary(results: dict[str, dict[str, Any]], policies: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per policy over a suite's scenarios: the geometric means of its Goodput over
+    static-best's and over hindsight's (None when a ratio is not positive: a geometric mean
+    of a loss is meaningless; ``scenarios_at_or_below_zero`` counts them), its worst
+    high-priority SLO attainment, its worst decision p99 (ms), and where it could not run."""
+    summary: dict[str, dict[str, Any]] = {}
+    for name in policies:
+        rows = {scenario: r["policies"][name] for scenario, r in results.items()}
+        ran = {scenario: row for scenario, row in rows.items() if "n/a" not in row}
+        entry: dict[str, Any] = {"scenarios": len(ran), "n/a": {s: row["n/a"] for s, row in rows.items() if "n/a" in row}}
+        for column in ("goodput_vs_static_best", "goodput_vs_hindsight"):
+            ratios = [row[column] for row in ran.values() if row.get(column) is not None]
+            bad = sum(r <= 0 for r in ratios)
+            entry[f"{column}_geomean"] = float(np.exp(np.mean(np.log(ratios)))) if ratios and not bad else None
+            entry[f"{column}_scenarios_at_or_below_zero"] = bad
+        highs = [row["slo_attainment_high"] for row in ran.values() if row.get("slo_attainment_high") is not None]
+        entry["slo_attainment_high_worst"] = min(highs) if highs else None
+        entry["decision_ms_p99_worst"] = max((row["decision_ms_p99"] for row in ran.values()), default=None)
+        summary[name] = entry
+    return summary
+
+
+def format_suite(result: dict[str, Any]) -> str:
+    """A suite's results as Markdown: one table per scenario, the headroom of each, and the
+    summary per policy."""
+    lines = []
+    for name, res in result["scenarios"].items():
+        lines += [f"### {name}", "", format_table(res), ""]
+    lines += ["### Headroom per scenario (hindsight / static-best)", "", "| scenario | headroom | static-best | hindsight |", "|---|---:|---:|---:|"]
+    for name, res in result["scenarios"].items():
+        table = res["policies"]
+        value = res.get("headroom")
+        goodput = {p: table.get(p, {}).get("goodput") for p in ("static-best", "hindsight")}
+        lines.append(f"| {name} | {'-' if value is None else format(value, '.3f')} | "
+                     + " | ".join("-" if goodput[p] is None else format(goodput[p], ",.0f") for p in ("static-best", "hindsight")) + " |")
+    lines += ["", f"### Summary over {len(result['scenarios'])} scenarios", "",
+              "| policy | vs static-best (geomean) | vs hindsight (geomean) | worst SLO att. (high) | worst decision ms p99 | n/a |",
+              "|---|---:|---:|---:|---:|---|"]
+
+    def ratio(entry: dict[str, Any], column: str) -> str:
+        value = entry[f"{column}_geomean"]
+        if value is not None:
+            return f"{value:.3f}"
+        bad = entry[f"{column}_scenarios_at_or_below_zero"]
+        return f"<= 0 on {bad}" if bad else "-"
+
+    for name, entry in result["summary"].items():
+        worst = entry["slo_attainment_high_worst"]
+        p99 = entry["decision_ms_p99_worst"]
+        lines.append(f"| {name} | {ratio(entry, 'goodput_vs_static_best')} | {ratio(entry, 'goodput_vs_hindsight')} "
+                     f"| {'-' if worst is None else format(worst, '.3f')} | {'-' if p99 is None else format(p99, '.1f')} | {len(entry['n/a']) or ''} |")
+    return "\n".join(lines)
+
+
+def scenario_identity(scenario: Scenario) -> dict[str, str]:
+    """The scenario's name, file and the SHA-256 of that file's bytes (what a replay checks)."""
+    source = Path(scenario.source)
+    digest = hashlib.sha256(source.read_bytes()).hexdigest() if source.is_file() else ""
+    return {"scenario_source": str(source), "scenario_sha256": digest}
+
+
+def trajectories_json(runs: dict[str, list[Episode]]) -> dict[str, Any]:
+    """Every episode's applied configurations, as indices into one table of distinct ones."""
+    distinct: list[dict[str, Any]] = []
+    index: dict[str, int] = {}
+    episodes: dict[str, list[dict[str, Any]]] = {}
+    for name, eps in runs.items():
+        episodes[name] = []
+        for e in eps:
+            steps = []
+            for c in e.configurations:
+                key = json.dumps(c.to_dict(), sort_keys=True)
+                if key not in index:
+                    index[key] = len(distinct)
+                    distinct.append(c.to_dict())
+                steps.append(index[key])
+            episodes[name].append({"seed": e.seed, "goodput": float(e.goodput), "steps": steps})
+    return {"configurations": distinct, "episodes": episodes}
+
+
+def replay(result: dict[str, Any], source: str = "eval JSON", progress: bool = True) -> list[dict[str, Any]]:
+    """Re-simulate every recorded episode of an evaluation result and compare its Goodput.
+
+    Works on one scenario's result or a suite's (``{"suites": ..., "scenarios": {...}}``).
+    Returns one row per episode: scenario, policy, seed, recorded and replayed Goodput, ``ok``.
+    A changed scenario file (SHA-256) is a ConfigError naming it.
+    """
+    from rlsched.workloads.scenario import _Reader, parse_configuration
+
+    results = list(result["scenarios"].values()) if "scenarios" in result else [result]
+    rows: list[dict[str, Any]] = []
+    for k, res in enumerate(results):
+        where = f"scenarios.{res.get('scenario')}" if "scenarios" in result else "(top level)"
+        if "trajectories" not in res or not res.get("scenario_sha256"):
+            raise ConfigError(source, where, res.get("scenario"), "no recorded trajectories of an unchanged scenario file "
+                              "(family draws and --trace overrides cannot be replayed)")
+        path = Path(res["scenario_source"])
+        if not path.is_file():
+            raise ConfigError(source, f"{where}.scenario_source", str(path), "no such scenario file")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != res["scenario_sha256"]:
+            raise ConfigError(source, f"{where}.scenario_sha256", res["scenario_sha256"], f"{path} changed since the evaluation")
+        env = GpuShareEnv(path, perf_model=res.get("perf_model", "calibrated"))
+        names = [t.name for t in env.scenario.tenants]
+        table = res["trajectories"]["configurations"]
+        configs = [parse_configuration(_Reader(source, c, f"{where}.trajectories.configurations[{i}]"), env.scenario.gpu, env.scenario.gpu_count, names)
+                   for i, c in enumerate(table)]
+        for policy, eps in res["trajectories"]["episodes"].items():
+            for e in eps:
+                env.reset(seed=int(e["seed"]))
+                for i in e["steps"]:
+                    env.step_configuration(configs[i])
+                replayed = env.objective
+                ok = math.isclose(replayed, e["goodput"], rel_tol=1e-9, abs_tol=1e-6)
+                rows.append({"scenario": res["scenario"], "policy": policy, "seed": e["seed"], "recorded": e["goodput"], "replayed": replayed, "ok": ok})
+    return rows
 
 
 def format_table(result: dict[str, Any]) -> str:
     """The metrics as a Markdown table (the README shows one)."""
-    header = "| policy | Goodput | vs oracle | SLO att. | SLO att. (high) | p99 ms | reconfigs | repair rate | decision ms p50 | p99 |"
-    lines = [header, "|---|" + "---:|" * 9]
+    header = ("| policy | Goodput | vs hindsight | vs static-best | SLO att. | SLO att. (high) | p99 ms | reconfigs | repair rate "
+              "| decision ms p50 | p99 |")
+    lines = [header, "|---|" + "---:|" * 10]
 
     def cell(value: float | None, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
     for name, m in result["policies"].items():
+        if "n/a" in m:
+            lines.append(f"| {name} | n/a: {m['n/a']} |" + " |" * 9)
+            continue
         lines.append(
-            f"| {name} | {cell(m['goodput'], ',.0f')} | {cell(m['goodput_vs_oracle'], '.3f')} | {cell(m['slo_attainment'], '.3f')} "
-            f"| {cell(m['slo_attainment_high'], '.3f')} | {cell(m['latency_ms_p99'], '.1f')} | {cell(m['reconfigurations'], '.1f')} "
-            f"| {cell(m['repair_rate'], '.2f')} | {cell(m['decision_ms_p50'], '.2f')} | {cell(m['decision_ms_p99'], '.2f')} |"
+            f"| {name} | {cell(m['goodput'], ',.0f')} | {cell(m['goodput_vs_hindsight'], '.3f')} | {cell(m['goodput_vs_static_best'], '.3f')} "
+            f"| {cell(m['slo_attainment'], '.3f')} | {cell(m['slo_attainment_high'], '.3f')} | {cell(m['latency_ms_p99'], '.1f')} "
+            f"| {cell(m['reconfigurations'], '.1f')} | {cell(m['repair_rate'], '.2f')} | {cell(m['decision_ms_p50'], '.2f')} | {cell(m['decision_ms_p99'], '.2f')} |"
         )
+    if result.get("headroom") is not None:
+        lines.append(f"\nheadroom (hindsight / static-best): {result['headroom']:.3f}")
     for name, reports in result.get("reports", {}).items():
         if reports and all(r and "planner_steps" in r for r in reports):
             share = sum(r["planner_steps"] for r in reports) / max(1, sum(r["steps"] for r in reports))
@@ -228,9 +426,13 @@ def format_table(result: dict[str, Any]) -> str:
             checked, kept = sum(r["checked_changes"] for r in reports), sum(r["kept_by_check"] for r in reports)
             lines.append(f"{name}: the reconfiguration check kept {kept:,} of {checked:,} proposed changes out (the simulator "
                          "predicted no gain over keeping the running configuration)")
+        if reports and all(r and "best_seed" in r for r in reports):
+            won = sum(r["search_won"] for r in reports)
+            lines.append(f"{name}: the search beat its best seed in {won} of {len(reports)} episode(s); best seeds: "
+                         + ", ".join(sorted({r['best_seed'] for r in reports})))
     paired = result.get("paired")
     if paired:
-        lines.append(f"\nGoodput minus {paired['reference']}'s (the best non-oracle policy), episode by episode on the same seeds: "
+        lines.append(f"\nGoodput minus {paired['reference']}'s (the best policy that is not a hindsight search), episode by episode on the same seeds: "
                      "mean +- standard error (episodes better / equal / worse)")
         for name, d in paired["policies"].items():
             lines.append(f"- {name}: {d['mean']:+,.0f} +- {d['stderr']:,.0f} ({d['better']} / {d['equal']} / {d['worse']})")
@@ -238,10 +440,12 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def write_json(result: dict[str, Any], path: str | Path) -> None:
-    """Write the result (NaN as null) atomically enough for a results file."""
+    """Write the result as JSON, atomically (a temporary file renamed over the target)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    partial.replace(path)  # a reader never sees half a file, and an old result survives a crash
 
 
 def plot(runs: dict[str, list[Episode]], interval_s: float, path: str | Path, title: str) -> None:

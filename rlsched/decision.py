@@ -61,6 +61,16 @@ class Configuration:
     modes: tuple[tuple[SharingMode, ...], ...]
     placements: Mapping[str, TenantPlacement]
 
+    def to_dict(self) -> dict:
+        """The scenario file's ``reference`` form (layout specs, modes, placements): what
+        evaluation results record, read back by ``rlsched.workloads.scenario.parse_configuration``."""
+        return {
+            "layouts": [layout.spec() for layout in self.layouts],
+            "modes": [[m.value for m in per_gpu] for per_gpu in self.modes],
+            "placements": {name: {"gpu": p.gpu_index, "instance": p.instance_index, "mps_pct": p.mps_pct, "batch_size": p.batch_size}
+                           for name, p in self.placements.items()},
+        }
+
     def instance_count(self, gpu_index: int) -> int:
         """Instances tenants can be placed in on that GPU (1 for a GPU without MIG)."""
         layout = self.layouts[gpu_index]

@@ -144,11 +144,27 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Run policies on a scenario; print the table, write JSON and the plot."""
-    from rlsched.agents.evaluation import evaluate, format_table, plot, policy_names, write_json
+    """Run policies on a scenario or a suite; print the tables, write JSON and plots; or
+    replay an earlier result (exit 1 when a Goodput does not reproduce)."""
+    from rlsched.agents.evaluation import evaluate, evaluate_suite, format_suite, format_table, plot, policy_names, replay, write_json
 
-    if (args.scenario is None) == (args.family is None):
-        raise RlschedError("give --scenario or --family (one of them)")
+    if args.replay is not None:
+        return _replay(args.replay, replay)
+    if sum(x is not None for x in (args.scenario, args.family, args.suite)) != 1:
+        raise RlschedError("give one of --scenario, --family, --suite or --replay")
+    if args.suite is not None:
+        from rlsched.workloads.suite import load_suite
+
+        if args.trace:
+            raise RlschedError("--trace applies to --scenario, not to --suite")
+        suite = load_suite(args.suite)
+        result = evaluate_suite(suite, policy_names(args.policies), args.episodes, args.seed, args.perf_model,
+                                progress=not args.no_progress, plot_dir=args.plot_dir)
+        print(f"suite {suite.name}: {len(suite.scenarios)} scenarios, {args.episodes} episode(s) per policy, seeds {args.seed}..{args.seed + args.episodes - 1}")
+        print(format_suite(result))
+        if args.json:
+            write_json(result, args.json)
+        return 0
     if args.family is not None:
         from rlsched.agents.ppo.config import load_config
         from rlsched.agents.ppo.family import ScenarioFamily
@@ -167,7 +183,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
         write_json(result, args.json)
     if args.plot:
         plot(runs, scenario.decision_interval_s, args.plot, result["scenario"])
+    if args.plot_dir:
+        plot(runs, scenario.decision_interval_s, f"{args.plot_dir}/{result['scenario']}.png", result["scenario"])
     return 0
+
+
+def _replay(path: str, replay: Callable[..., list[dict]]) -> int:
+    """Re-simulate an eval JSON's recorded configurations; exit 1 on any Goodput mismatch."""
+    try:
+        result = json.loads(open(path).read())
+    except OSError as exc:
+        raise RlschedError(f"{path}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise RlschedError(f"{path}: not valid JSON: {exc}") from None
+    rows = replay(result, path)
+    for r in rows:
+        print(f"{'ok' if r['ok'] else 'MISMATCH':<8} {r['scenario']:<28} {r['policy']:<16} seed {r['seed']:<6} recorded {r['recorded']:>14,.1f} replayed {r['replayed']:>14,.1f}")
+    bad = sum(not r["ok"] for r in rows)
+    print(f"{len(rows) - bad} of {len(rows)} episodes reproduce their recorded Goodput")
+    return 1 if bad else 0
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -230,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("eval", help="evaluate policies on a scenario: metrics table, JSON and plot")
+    p = sub.add_parser("eval", help="evaluate policies on a scenario or a suite: metrics tables, JSON and plots; or replay a result")
     _add_scenario_arguments(p, required=False)
     p.add_argument("--family", default=None, metavar="TRAIN_CONFIG.yaml",
                    help="instead of --scenario: draws of a training config's randomized scenario family (episode k: the draw seeded SEED+k)")
@@ -239,7 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=1, help="episodes per policy (seeds SEED, SEED+1, ...)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT", help="write the metrics as JSON to OUT")
+    p.add_argument("--suite", default=None, metavar="NAME|SUITE.yaml",
+                   help="instead of --scenario: every scenario of a suite (configs/suites/), one table each and a summary per policy")
+    p.add_argument("--replay", default=None, metavar="EVAL.json",
+                   help="re-simulate the configurations an earlier eval recorded and confirm each Goodput (exit 1 on a mismatch)")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="write the layout timeline and Goodput plot")
+    p.add_argument("--plot-dir", default=None, metavar="DIR", help="write one plot per scenario, DIR/<scenario>.png")
     p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)

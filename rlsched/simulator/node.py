@@ -254,6 +254,39 @@ class NodeSimulator:
                 self._units[job.name] = job.curve.units_for(accuracy.get(job.serves, job.curve.accuracy(job.units_after_drift)))
                 self._next_drift_s[job.name] = (math.floor(self.time_s / job.drift_window_s + 1e-9) + 1) * job.drift_window_s
 
+    def freeze_arrivals(self) -> None:
+        """Record this episode's arrivals (the current seed's) and replay them from now on.
+
+        For a search in hindsight (:mod:`rlsched.agents.baselines.hindsight`): the recorded
+        processes carry no state, so :meth:`snapshot` need not copy them, and the arrivals
+        are exactly those every policy met on this seed (they depend on the seed alone, see
+        :meth:`_seed_streams`). Call right after :meth:`reset`; resets keep the recording.
+        """
+        self._seed_streams(self._seed)
+        steps = self.scenario.steps
+        recorded: dict[str, ArrivalProcess] = {}
+        for name, process in self._arrivals.items():
+            original = copy.deepcopy(process)
+            original.reset(self._arrival_rng[name])
+            windows = [original.sample(k * self.interval_s, (k + 1) * self.interval_s, self._arrival_rng[name]) for k in range(steps)]
+            recorded[name] = RecordedArrivals(windows, self.interval_s, process.mean_rate_rps())
+        self._arrivals = recorded
+        self.reset(self._seed, self._config)
+
+    def snapshot(self) -> dict:
+        """The simulator's whole mutable state (queues, clocks, Generators, totals), to
+        :meth:`restore` later: a search tries several futures from one state.
+
+        Immutable parts (scenario, performance model, cached service curves, the
+        configuration objects and their slots) are shared, not copied.
+        """
+        state = {k: v for k, v in self.__dict__.items() if k not in _SHARED_STATE}
+        return copy.deepcopy(state, memo=_shared_memo(state))
+
+    def restore(self, snapshot: dict) -> None:
+        """Return to a state taken by :meth:`snapshot` (the snapshot stays usable)."""
+        self.__dict__.update(copy.deepcopy(snapshot, memo=_shared_memo(snapshot)))
+
     @property
     def done(self) -> bool:
         """True once the scenario's duration has been simulated."""
@@ -561,6 +594,45 @@ class NodeSimulator:
         else:
             st.best_effort_progress_s = slot.work_rate * speed * running_s
         return st
+
+
+#: NodeSimulator attributes a snapshot shares instead of copying (never mutated in place).
+_SHARED_STATE = frozenset({"scenario", "perf", "gpu_spec", "interval_s", "_curve_cache", "min_idle_fraction", "_seed"})
+
+
+def _shared_memo(state: dict) -> dict[int, object]:
+    """A deepcopy memo that shares the objects of a simulator state nobody mutates in place:
+    the configurations and their slots, and recorded (stateless) arrival processes."""
+    shared = [state["_config"], state["_slots"], state["_slots_for"]]
+    shared += [p for p in state["_arrivals"].values() if isinstance(p, RecordedArrivals)]
+    return {id(x): x for x in shared if x is not None}
+
+
+class RecordedArrivals(ArrivalProcess):
+    """One episode's arrivals, recorded per decision interval and replayed (no state).
+
+    :param windows: per interval k, the sorted arrival times in [k dt, (k + 1) dt), seconds
+    :param interval_s: the decision interval dt, seconds
+    :param mean_rate_rps: the recorded process's long-run mean rate
+    """
+
+    def __init__(self, windows: list[np.ndarray], interval_s: float, mean_rate_rps: float) -> None:
+        self.windows = windows
+        self.interval_s = interval_s
+        self._mean_rate_rps = mean_rate_rps
+
+    def sample(self, t_start_s: float, t_end_s: float, rng: np.random.Generator) -> np.ndarray:
+        k = int(round(t_start_s / self.interval_s))
+        return self.windows[k] if k < len(self.windows) else np.zeros(0)
+
+    def mean_rate_rps(self) -> float:
+        return self._mean_rate_rps
+
+    def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
+        """The realised rate: recorded arrivals in the window over its length."""
+        first, last = int(round(t_start_s / self.interval_s)), int(round(t_end_s / self.interval_s))
+        count = sum(len(w) for w in self.windows[first:last])
+        return count / (t_end_s - t_start_s) if t_end_s > t_start_s else 0.0
 
 
 _NO_SERVICE_MEAN = np.array([0.0, 1.0])

@@ -364,4 +364,5 @@ def with_trace_overrides(scenario: Scenario, overrides: Sequence[str], source: s
         if not file.exists():
             raise ConfigError(source, f"--trace {name}", str(file), "no such trace file")
         tenants[index] = dataclasses.replace(tenants[index], arrivals=load_trace(file, "auto", rate_scale=scale))
-    return dataclasses.replace(scenario, tenants=tenants)
+    # No longer the file's scenario: nothing may take the file for it (e.g. a replay).
+    return dataclasses.replace(scenario, tenants=tenants, source=f"{scenario.source} with {source} {' '.join(overrides)}")
