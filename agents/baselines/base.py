@@ -11,6 +11,7 @@ not carry out.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.envs.gpushare import GpuShareEnv
-from rlsched.hardware import GpuInstance, Layout, load_gpu
+from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, load_gpu
 from rlsched.simulator.perf import CoRunner
 from rlsched.solver import TenantRequest
 from rlsched.workloads.tenants import InferenceTenant, Tenant
@@ -179,30 +180,80 @@ class CapacityModel:
         return 1.0 if rate_rps <= 0 else min(1.0, self.capacity(t, profile, mps_pct)[0] / rate_rps)
 
 
+def fit_to_node(env: GpuShareEnv, model: CapacityModel, rates: dict[str, float], sizes: dict[str, int]) -> None:
+    """Make GI sizes (indices into ``model.profiles()``, changed in place) fit the node as
+    PARIS partitions it: one GI per tenant, packed into the node's MIG layouts (on each GPU,
+    a sub-multiset of a maximal layout), the whole GPU used.
+
+    While they do not pack, the tenant that keeps the largest served fraction of its rate
+    shrinks one size; then, while some tenant can grow one size and still pack, the one with
+    the least capacity per request of its rate grows. Without MIG, or with more tenants than
+    GIs fit even at the smallest size, the repair shares GIs.
+    """
+    profiles = model.profiles()
+    if profiles == [None]:
+        return
+    maximal = [Counter(i.profile for i in layout.instances) for layout in enumerate_layouts(model.gpu, maximal=True)]
+
+    def packs(names: list[str], gpus: list[Counter]) -> bool:
+        if not names:
+            return True
+        profile = profiles[sizes[names[0]]]
+        for g, used in enumerate(gpus):
+            grown = used + Counter([profile])
+            if any(all(grown[p] <= m[p] for p in grown) for m in maximal) and packs(names[1:], gpus[:g] + [grown] + gpus[g + 1:]):
+                return True
+            if not used:
+                break  # the empty GPUs are interchangeable
+        return False
+
+    def fits() -> bool:
+        return packs(sorted(sizes, key=lambda n: -sizes[n]), [Counter() for _ in range(env.scenario.gpu_count)])
+
+    tenant = {t.name: t for t in env.scenario.inference_tenants()}
+    while not fits():
+        shrinkable = [n for n in tenant if sizes[n] > 0]
+        if not shrinkable:
+            return
+        victim = max(shrinkable, key=lambda n: (model.served_fraction(tenant[n], rates[n], profiles[sizes[n] - 1]), sizes[n]))
+        sizes[victim] -= 1
+    while True:
+        growable = []
+        for n in (n for n in tenant if sizes[n] < len(profiles) - 1):
+            sizes[n] += 1
+            if fits():
+                growable.append(n)
+            sizes[n] -= 1
+        if not growable:
+            return
+        sizes[min(growable, key=lambda n: model.capacity(tenant[n], profiles[sizes[n]])[0] / max(rates[n], 1e-9))] += 1
+
+
 def sized_requests(env: GpuShareEnv, model: CapacityModel, rates: dict[str, float], headroom: float) -> dict[str, TenantRequest]:
     """Per tenant, a whole GI of the smallest size that serves ``headroom x`` its rate
-    within half its SLO (the largest GI if none does), at the batch that achieves it;
-    retraining and best-effort jobs split the compute slices left over (at least one
-    quarter slice each).
+    within half its SLO (the largest GI if none does), at the batch that achieves it, the
+    sizes then fitted to the node's MIG layouts (:func:`fit_to_node`); retraining and
+    best-effort jobs get a GI of the smallest size each (without MIG: they split the compute
+    left over, at least one quarter slice each).
     """
+    profiles = model.profiles()
+    sizes: dict[str, int] = {}
+    for t in env.scenario.inference_tenants():
+        sizes[t.name] = next((k for k, p in enumerate(profiles) if model.capacity(t, p)[0] >= headroom * rates[t.name]), len(profiles) - 1)
+    background = [t for t in env.scenario.tenants if not isinstance(t, InferenceTenant)]
+    if profiles != [None]:
+        sizes.update({t.name: 0 for t in background})  # a GI of the smallest size each, packed with the rest
+    fit_to_node(env, model, rates, sizes)
     requests: dict[str, TenantRequest] = {}
     used = 0.0
     for t in env.scenario.inference_tenants():
-        profiles = model.profiles()
-        choice = profiles[-1]
-        for profile in profiles:
-            if model.capacity(t, profile)[0] >= headroom * rates[t.name]:
-                choice = profile
-                break
+        choice = profiles[sizes[t.name]]
         batch = model.capacity(t, choice)[1]
-        slices = model.slices(choice)
-        used += slices
-        requests[t.name] = TenantRequest(slices, env.backend.memory_gib(t.name, batch), mode=SharingMode.MPS, mps_pct=100.0, batch_size=batch)
-    background = [t for t in env.scenario.tenants if not isinstance(t, InferenceTenant)]
-    if background:
-        total = model.slices(model.profiles()[-1]) * env.scenario.gpu_count
-        each = max(0.25, (total - used) / len(background))
-        for t in background:
-            batch = reference_batch(env, t)
-            requests[t.name] = TenantRequest(each, env.backend.memory_gib(t.name, batch), mode=SharingMode.MPS, batch_size=batch)
+        used += model.slices(choice)
+        requests[t.name] = TenantRequest(model.slices(choice), env.backend.memory_gib(t.name, batch), mode=SharingMode.MPS, mps_pct=100.0, batch_size=batch)
+    total = model.slices(profiles[-1]) * env.scenario.gpu_count
+    for t in background:
+        batch = reference_batch(env, t)
+        slices = model.slices(profiles[sizes[t.name]]) if t.name in sizes else max(0.25, (total - used) / len(background))
+        requests[t.name] = TenantRequest(slices, env.backend.memory_gib(t.name, batch), mode=SharingMode.MPS, batch_size=batch)
     return {n: requests[n] for n in env.tenant_names}

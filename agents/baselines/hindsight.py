@@ -9,6 +9,8 @@ executed episode reproduces the replayed one exactly.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -18,6 +20,7 @@ from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.hardware import Layout, enumerate_layouts, load_gpu
 from rlsched.solver.planner import Planner
+from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import InferenceTenant
 
 #: Decision intervals of true future rates the oracle's planner looks ahead.
@@ -114,6 +117,19 @@ def layout_candidates(env: GpuShareEnv) -> list[Configuration]:
     return candidates
 
 
+def best_fixed_configuration(private: GpuShareEnv, backend_seed: int | None) -> tuple[float, Configuration]:
+    """(episode objective, configuration) of the best fixed configuration on ``private``'s
+    episode from ``backend_seed``: one per maximal layout (MPS and priority-fill variants,
+    busiest tenants in the largest GIs, batches that fit half the SLO) and the fixed
+    decisions of the static baselines."""
+    from rlsched.agents.baselines import make_policy
+
+    plans: list[Policy] = [FixedConfiguration(c) for c in layout_candidates(private)]
+    plans += [make_policy(name) for name in STATIC_POLICIES]
+    objective, applied = max((rollout(private, backend_seed, plan) for plan in plans), key=lambda r: r[0])
+    return objective, applied[-1]  # the static baselines apply one configuration every step (after the repair)
+
+
 class StaticBest(Policy):
     """The best fixed configuration in hindsight.
 
@@ -131,15 +147,47 @@ class StaticBest(Policy):
     name = "static-best"
 
     def reset(self, env: GpuShareEnv) -> None:
-        from rlsched.agents.baselines import make_policy
+        self.objective_in_hindsight, self.configuration = best_fixed_configuration(replay_env(env), env.backend_seed)
 
-        private = replay_env(env)
-        plans: list[Policy] = [FixedConfiguration(c) for c in layout_candidates(private)]
-        plans += [make_policy(name) for name in STATIC_POLICIES]
-        best = max((rollout(private, env.backend_seed, plan) for plan in plans), key=lambda r: r[0])
-        self.objective_in_hindsight = best[0]
-        # The static baselines apply one configuration every step (after the repair).
-        self.configuration = best[1][-1]
+    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
+        return self.configuration
+
+
+#: Added to the evaluation episode's backend seed for the profiling episode of static-profiled.
+PROFILING_SEED_OFFSET = 1_000_003
+
+
+def profiling_scenario(scenario: Scenario) -> Scenario:
+    """The scenario one episode earlier: every trace (and diurnal series) replayed from one
+    episode duration before the evaluation's start ("last week's traffic"), the rest as is."""
+    tenants = []
+    for t in scenario.tenants:
+        arrivals = getattr(t, "arrivals", None)
+        if all(hasattr(arrivals, a) for a in ("offset_s", "time_warp", "period_s")):
+            earlier = copy.deepcopy(arrivals)
+            earlier.offset_s = (arrivals.offset_s - scenario.duration_s * arrivals.time_warp) % arrivals.period_s
+            t = dataclasses.replace(t, arrivals=earlier)
+        tenants.append(t)
+    return dataclasses.replace(scenario, tenants=tenants)
+
+
+class StaticProfiled(Policy):
+    """The best fixed configuration chosen on a profiling episode, then held: what an operator
+    does (profile last week's traffic, fix the partition).
+
+    The same candidates as ``static-best``, scored on :func:`profiling_scenario` (the traces'
+    previous episode) with other random arrivals (backend seed + :data:`PROFILING_SEED_OFFSET`),
+    so, unlike static-best, it never sees the evaluated episode. No paper's algorithm: the
+    static deployment MISO and MIGRator compare against; departs from them in choosing among
+    rlsched's heuristic candidates (see static-best) rather than an exhaustive search.
+    """
+
+    name = "static-profiled"
+
+    def reset(self, env: GpuShareEnv) -> None:
+        profile = GpuShareEnv(profiling_scenario(env.scenario), backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
+        seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
+        self.objective_profiled, self.configuration = best_fixed_configuration(profile, seed)
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         return self.configuration

@@ -26,8 +26,12 @@ class ParisElsa(Policy):
 
     Departs: PARIS sizes for a request-size distribution and keeps a pool of partitions
     that ELSA schedules individual requests across; here each tenant gets its own
-    partition, sized for its long-run mean rate, and batching is the simulator's dynamic
-    batcher capped at ELSA's SLA-feasible batch (half the SLO budgeted for execution).
+    partition, sized for its long-run mean rate and then fitted to the node's MIG layouts
+    (shrunk until they pack, grown until the GPU is used: :func:`fit_to_node`), and
+    batching is the simulator's dynamic batcher capped at ELSA's SLA-feasible batch (half
+    the SLO budgeted for execution). PARIS has no retraining or best-effort jobs: they get
+    a smallest GI each, which the repair changes when their memory does not fit it (repair
+    rate 1.00 on cl-drift and best-effort-tuning; 0 on inference-only nodes).
     """
 
     name = "paris-elsa"
