@@ -82,6 +82,7 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self.last_step: StepResult | None = None
         self.backend_seed: int | None = None  # the seed the backend's episode started from
         self.raw_observation: np.ndarray | None = None  # the last observation before clipping
+        self._measured: dict[str, dict[str, float]] = {}  # the backend's last measurements
         self._repair_cache: dict[tuple, tuple[RepairResult, bool]] = {}
         self._gpu_reconfiguration_s: tuple[float, ...] = (0.0,) * self.scenario.gpu_count
         self._check_every_action_is_executable()
@@ -234,6 +235,7 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self.current = config
         self.last_step = step
         self._gpu_reconfiguration_s = tuple(step.gpu_reconfiguration_s)
+        observation = self._observation(step.t_end_s / self.scenario.duration_s)
         info: dict[str, Any] = {
             "repaired": bool(repaired),
             "repair_distance": float(result.distance),
@@ -242,13 +244,14 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
             "repair_fallback": bool(fallback),
             "reconfigured": previous is None or config != previous,
             "restarted_tenants": sorted(name for name, st in step.tenants.items() if st.restarted),
+            # Tenants inside their activity windows now (a backend that does not say: all).
+            "active_tenants": [name for name in self.tenant_names if self._measured.get(name, {}).get("active", 1.0) > 0.0],
             "slo_counts": self._slo_counts(step),
             **self._configuration_info(config),
             **{k: float(v) for k, v in step.terms.as_dict().items()},
             **extra,
         }
-        elapsed = step.t_end_s / self.scenario.duration_s
-        return self._observation(elapsed), float(step.reward), False, bool(step.done), info
+        return observation, float(step.reward), False, bool(step.done), info
 
     def _slo_counts(self, step: StepResult) -> dict[str, dict[str, int]]:
         """Per priority class of the inference tenants: requests on time and decided
@@ -264,7 +267,8 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _observation(self, elapsed_fraction: float) -> np.ndarray:
         # Kept unclipped too: the daemon falls back when a feature leaves the training range.
-        self.raw_observation = self.encoder.raw(self.backend.observe(), self.current, self._gpu_reconfiguration_s, elapsed_fraction)
+        self._measured = self.backend.observe()
+        self.raw_observation = self.encoder.raw(self._measured, self.current, self._gpu_reconfiguration_s, elapsed_fraction)
         return self.encoder.clip(self.raw_observation)
 
     def _configuration_info(self, config: Configuration | None) -> dict[str, Any]:

@@ -253,3 +253,26 @@ def test_repaired_configuration_is_what_the_step_applies_without_applying_it():
         assert env.current == preview
     configuration = env.current
     assert env.repaired_configuration(configuration) == configuration  # an executable configuration stays as it is
+
+
+def test_activity_windows_show_in_info_and_leave_the_observation_vector_alone():
+    """The shipped policy reads a fixed-size vector: a tenant's activity is in ``info`` and the
+    backend's measurements, never an extra feature."""
+    import dataclasses
+
+    from rlsched.workloads.scenario import load_scenario
+
+    plain = load_scenario(TINY)
+    tenants = [dataclasses.replace(t, active_windows_s=((20.0, 40.0),)) if t.name == "bert" else t for t in plain.tenants]
+    env = GpuShareEnv(dataclasses.replace(plain, tenants=tenants))
+    assert env.observation_space == GpuShareEnv(plain).observation_space
+    env.reset(seed=0)
+    reference = env.scenario.reference
+    active, measured = [], []
+    for _ in range(5):
+        _, _, _, _, info = env.step_configuration(reference)
+        active.append(info["active_tenants"])
+        measured.append(env.backend.observe()["bert"]["active"])
+    # After each step: the tenants active at its end, i.e. at the next decision (10 s .. 50 s).
+    assert active == [["resnet"], ["resnet", "bert"], ["resnet", "bert"], ["resnet"], ["resnet"]]
+    assert measured == [0.0, 1.0, 1.0, 0.0, 0.0]

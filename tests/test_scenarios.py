@@ -1,6 +1,7 @@
 """Bundled scenarios, scenario-file errors, --trace overrides and `rlsched simulate`."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,50 @@ def test_cli_bad_scenario_file_exits_2_naming_file_field_and_value(tmp_path, cap
     assert main(["simulate", "--scenario", str(path), "--layout", "7g@0", "--assign", "a=0"]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "tenants[0].arrivals.rate_rps" in err and "'many'" in err
+
+
+WINDOWED = GOOD + """  - {name: cl, kind: continual-learning, serves: a, model: resnet50, ekya: {b0: 0.1, b1: 2, b2: 0.05}, samples_per_unit: 100,
+     drift_window_s: 30, active: [{from_s: 50}]}
+  - {name: be, kind: best-effort, model: resnet50, active: [{from_s: 0, until_s: 10}, {from_s: 10, until_s: 20.5}, {from_s: 40, until_s: 70}]}
+"""
+
+
+def test_activity_windows_are_read_for_every_kind_of_tenant(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(WINDOWED.replace("rate_rps: 100}", "rate_rps: 100}, active: [{from_s: 20, until_s: 40}]"))
+    s = load_scenario(path)
+    assert s.tenant("a").active_windows_s == ((20.0, 40.0),)
+    # A job may run outside its served tenant's windows; until_s defaults to the episode's end.
+    assert s.tenant("cl").active_windows_s == ((50.0, math.inf),)
+    be = s.tenant("be")
+    assert be.active_windows_s == ((0.0, 10.0), (10.0, 20.5), (40.0, 70.0))
+    assert (be.is_active(10.0), be.is_active(20.5), be.is_active(39.9), be.is_active(40.0)) == (True, False, False, True)
+    assert be.active_seconds(0.0, 60.0) == 40.5 and be.active_seconds(15.0, 45.0) == 10.5
+    assert be.activations_s(0.0, 60.0) == [40.0]  # 10 s continues the first window; 0 s is the start
+    path.write_text(GOOD)
+    assert load_scenario(path).tenant("a").active_windows_s == () and load_scenario(path).tenant("a").is_active(1e9)
+
+
+@pytest.mark.parametrize(
+    ("active", "field", "value", "reason"),
+    [
+        ("[{from_s: soon}]", "tenants[1].active[0].from_s", "soon", "expected float"),
+        ("[{from_s: -5}]", "tenants[1].active[0].from_s", -5.0, ">= 0"),
+        ("[{from_s: 10, until_s: 10}]", "tenants[1].active[0].until_s", 10.0, "active for zero seconds"),
+        ("[{from_s: 10, until_s: 5}]", "tenants[1].active[0].until_s", 5.0, "active for zero seconds"),
+        ("[{from_s: 0, until_s: 20}, {from_s: 15, until_s: 30}]", "tenants[1].active[1].from_s", 15.0, "overlapping activity windows"),
+        ("[{from_s: 30, until_s: 40}, {from_s: 0, until_s: 10}]", "tenants[1].active[1].from_s", 0.0, "sorted"),
+        ("[{from_s: 60}]", "tenants[1].active[0].from_s", 60.0, "never active"),
+        ("[{from_s: 0, to_s: 10}]", "tenants[1].active[0].to_s", 10, "unknown field"),
+        ("[]", "tenants[1].active", [], "never be active"),
+        ("{from_s: 0}", "tenants[1].active", {"from_s": 0}, "expected list"),
+    ],
+)
+def test_bad_activity_window_names_file_field_and_value(tmp_path, capsys, active, field, value, reason):
+    path = tmp_path / "bad.yaml"
+    path.write_text(WINDOWED.replace("active: [{from_s: 50}]", f"active: {active}"))
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    assert (info.value.field, info.value.value) == (field, value) and reason in str(info.value) and str(path) in str(info.value)
+    assert main(["simulate", "--scenario", str(path), "--layout", "7g@0", "--assign", "a=0"]) == 2
+    assert field in capsys.readouterr().err

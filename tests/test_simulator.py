@@ -15,7 +15,8 @@ from rlsched.hardware import load_gpu, parse_layout
 from rlsched.simulator import queueing as q
 from rlsched.simulator.node import NodeSimulator
 from rlsched.simulator.testing import FakePerformanceModel
-from rlsched.workloads.arrivals import MmppArrivals, PoissonArrivals
+from rlsched.goodput import GoodputWeights
+from rlsched.workloads.arrivals import MmppArrivals, PoissonArrivals, TimestampArrivals
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, EkyaCurve, InferenceTenant, Priority
 
@@ -303,3 +304,121 @@ def test_simulators_sharing_a_scenario_do_not_share_arrival_state():
         interleaved.append(a.step(cfg).tenants["t1"].arrived)
         b.step(cfg)
     assert interleaved == expected
+
+
+# ------------------------------------------------------------------ activity windows
+def every_tenth_second():
+    """One request every 0.1 s (a replayed timestamp trace): exact counts per interval."""
+    return TimestampArrivals(np.arange(1000) / 10.0, period_s=100.0)
+
+
+def test_arrivals_outside_the_activity_windows_never_exist():
+    windowed = InferenceTenant("a", "toy-a", slo_ms=100, arrivals=every_tenth_second(), max_batch=4, active_windows_s=((15.0, 35.0), (70.0, 80.0)))
+    sim = NodeSimulator(scenario([windowed]), FakePerformanceModel(), seed=0)
+    cfg = config("7g@0", {"a": TenantPlacement(0, 0, 100, 4)})
+    arrived = [sim.step(cfg).tenants["a"].arrived for _ in range(10)]
+    assert arrived == [0, 50, 100, 50, 0, 0, 0, 100, 0, 0]
+    summary = sim.summary()["a"]
+    assert summary["arrived"] == 300 and summary["dropped"] == 0  # discarded requests are not drops
+    assert summary["arrived"] == summary["completed"] + summary["queued_at_end"]
+
+
+def test_arrivals_inside_the_windows_are_those_of_the_always_active_tenant():
+    """The arrival Generator is consumed whatever the windows: inside them a windowed tenant
+    meets exactly the requests of the always-active one on the same seed, and the other
+    tenants' requests do not change at all."""
+    def arrivals(windows):
+        tenants = [InferenceTenant("a", "toy-a", slo_ms=100, arrivals=MmppArrivals([50.0, 400.0], [20, 5]), max_batch=8, active_windows_s=windows),
+                   InferenceTenant("b", "toy-b", slo_ms=100, arrivals=PoissonArrivals(200.0), max_batch=8)]
+        sim = NodeSimulator(scenario(tenants), FakePerformanceModel(p99_ratio=1.3), seed=3)
+        cfg = config("3g@0,3g@4", {"a": TenantPlacement(0, 0, 100, 8), "b": TenantPlacement(0, 1, 100, 8)})
+        steps = [sim.step(cfg).tenants for _ in range(10)]
+        return [s["a"].arrived for s in steps], [(s["b"].arrived, s["b"].completed, s["b"].latency_ms_mean) for s in steps]
+
+    always_a, always_b = arrivals(())
+    windowed_a, windowed_b = arrivals(((20.0, 50.0), (70.0, 90.0)))
+    assert windowed_a == [0, 0, *always_a[2:5], 0, 0, *always_a[7:9], 0]
+    assert all(n > 0 for n in always_a)
+    assert windowed_b == always_b
+
+
+@pytest.mark.parametrize("kind", ["continual-learning", "best-effort"])
+def test_a_job_progresses_in_proportion_to_its_active_seconds(kind):
+    serve = InferenceTenant("svc", "toy-a", slo_ms=100, arrivals=PoissonArrivals(10.0))
+    windows = ((5.0, 25.0), (42.0, 44.0))
+
+    def progress(active):
+        if kind == "best-effort":
+            job = BestEffortJob("job", "toy-c", active_windows_s=active)
+        else:
+            job = ContinualLearningJob("job", serves="svc", model="toy-b", curve=EkyaCurve(0.5, 2.0, 0.05), samples_per_unit=1000,
+                                       drift_window_s=1000, active_windows_s=active)
+        sim = NodeSimulator(scenario([serve, job], duration_s=60.0), FakePerformanceModel(), seed=1)
+        cfg = config("3g@0,3g@4", {"svc": TenantPlacement(0, 0, 100, 8), "job": TenantPlacement(0, 1, 100, 16)})
+        steps = [sim.step(cfg).tenants["job"] for _ in range(6)]
+        return [st.training_samples + st.best_effort_progress_s for st in steps], [st.utilization for st in steps]
+
+    always, _ = progress(())
+    windowed, utilization = progress(windows)
+    active_s = [5.0, 10.0, 5.0, 0.0, 2.0, 0.0]
+    assert always[0] > 0 and windowed == pytest.approx([a * s / 10.0 for a, s in zip(always, active_s, strict=True)])
+    assert utilization == pytest.approx([s / 10.0 for s in active_s])
+
+
+def test_becoming_active_while_placed_costs_the_restart_from_the_activation():
+    tenants = [InferenceTenant("a", "toy-a", slo_ms=100, arrivals=every_tenth_second(), max_batch=1, batch_timeout_ms=0, restart_s=3.0,
+                               active_windows_s=((0.0, 10.0), (25.0, 60.0))),
+               BestEffortJob("be", "toy-c", restart_s=2.0, active_windows_s=((34.0, 100.0),))]
+    s = dataclasses.replace(scenario(tenants), weights=GoodputWeights(reconfiguration_per_s=7.0))
+    sim = NodeSimulator(s, FakePerformanceModel(), seed=0)
+    cfg = config("3g@0,3g@4", {"a": TenantPlacement(0, 0, 100, 1), "be": TenantPlacement(0, 1, 100, 1)})
+    steps = [sim.step(cfg).tenants for _ in range(5)]
+    # Active from the episode's start: deployed already, like an always-active tenant.
+    assert (steps[0]["a"].downtime_s, steps[0]["a"].restarted) == (0.0, False)
+    # Back at 25 s: the server cold-starts until 28 s, so the request of 25.0 s waits 3 s.
+    assert (steps[2]["a"].downtime_s, steps[2]["a"].restarted) == (3.0, True)
+    assert steps[2]["a"].terms.reconfiguration_cost == pytest.approx(7.0 * 3.0)
+    assert steps[2]["a"].arrived == 50 and steps[2]["a"].latency_ms_p99 >= 2900
+    assert steps[3]["a"].downtime_s == 0.0 and steps[3]["a"].latency_ms_p99 < 100
+    # The job activates at 34 s and is up from 36 s: 4 s of work in the interval, not 6.
+    assert (steps[3]["be"].downtime_s, steps[3]["be"].utilization) == (2.0, pytest.approx(0.4))
+    assert steps[4]["be"].utilization == 1.0
+
+
+def test_moving_an_inactive_tenant_restarts_nothing():
+    tenant = InferenceTenant("a", "toy-a", slo_ms=100, arrivals=every_tenth_second(), restart_s=3.0, active_windows_s=((0.0, 15.0), (40.0, 100.0)))
+    sim = NodeSimulator(scenario([tenant]), FakePerformanceModel(), seed=0)
+    here, there = (config("3g@0,3g@4", {"a": TenantPlacement(0, instance, 100, 8)}) for instance in (0, 1))
+    steps = [sim.step(cfg).tenants["a"] for cfg in (here, here, there, there, there)]
+    assert [(st.downtime_s, st.restarted) for st in steps] == [(0.0, False), (0.0, False), (0.0, False), (0.0, False), (3.0, True)]
+    assert [st.arrived for st in steps] == [100, 50, 0, 0, 100]
+
+
+def test_the_backlog_left_when_the_window_closes_is_dropped():
+    tenant = InferenceTenant("a", "toy-a", slo_ms=1000, arrivals=every_tenth_second(), max_batch=1, active_windows_s=((0.0, 15.0),))
+    sim = NodeSimulator(scenario([tenant]), FakePerformanceModel(base_ms=200.0, per_item_ms=0.0), seed=0)  # 5 requests/s for 10 arriving
+    cfg = config("7g@0", {"a": TenantPlacement(0, 0, 100, 1)})
+    first, closing, gone, after = (sim.step(cfg).tenants["a"] for _ in range(4))
+    # The server drains until the interval's end (it holds its instance for the interval) ...
+    assert (closing.arrived, closing.completed) == (50, 50) and closing.queued_at_end == 150 - first.completed - 50 > 0
+    # ... and is gone at the next decision: what it held is dropped, and nothing arrives.
+    assert (gone.arrived, gone.dropped, gone.completed, gone.queued_at_end) == (0, closing.queued_at_end, 0, 0)
+    assert (after.arrived, after.dropped) == (0, 0)
+
+
+def test_an_inactive_co_runner_holds_no_memory_and_does_not_interfere():
+    def a_in_interval(perf, layout, b_windows):
+        tenants = [InferenceTenant("a", "toy-a", slo_ms=100, arrivals=every_tenth_second(), max_batch=1, batch_timeout_ms=0),
+                   InferenceTenant("b", "toy-b", slo_ms=100, arrivals=every_tenth_second(), max_batch=1, batch_timeout_ms=0, active_windows_s=b_windows)]
+        sim = NodeSimulator(scenario(tenants), perf, seed=0)
+        cfg = config(layout, {"a": TenantPlacement(0, 0, 50, 1), "b": TenantPlacement(0, 0, 50, 1)})
+        return [sim.step(cfg).tenants["a"] for _ in range(4)]
+
+    # Interference: at 50% MPS the toy model serves a request in 2.5 / 0.5 = 5 ms alone, 10% more
+    # with one co-runner; b is active in the second and fourth intervals only.
+    steps = a_in_interval(FakePerformanceModel(), "7g@0", ((10.0, 20.0), (30.0, 40.0)))
+    assert [st.latency_ms_mean for st in steps] == pytest.approx([5.0, 5.5, 5.0, 5.5])
+    # Memory: two 3 GiB models do not fit a 1g.5gb instance, one does.
+    steps = a_in_interval(FakePerformanceModel(memory_gib_per_model=3.0), "1g@0", ((10.0, 20.0),))
+    assert [st.out_of_memory for st in steps] == [False, True, False, False]
+    assert steps[0].completed == 100 and steps[1].completed == 0

@@ -18,6 +18,14 @@ instance changes sharing mode restarts, paying its ``restart_s`` (CUDA context +
 load) after its batch in flight drains. Requests keep queueing (and dropping when the queue
 is full) during the downtime.
 
+Activity windows (``Tenant.active_windows_s``): arrivals are drawn every interval as for an
+always-active tenant, then those outside the windows are discarded (they never existed);
+a job works only during the active part of an interval. A tenant that becomes active while
+placed pays its ``restart_s`` from that moment (a cold start); one that is inactive at a
+decision boundary pays no reconfiguration downtime, and its server, gone with its window,
+drops what it still held. An inactive tenant holds no memory and is no co-runner: the
+memory fit and interference are those of the tenants active during the interval.
+
 Sharing modes: ``mps`` and ``time-slice`` latencies come from the performance model with
 the co-runners. ``priority-fill`` (FIKIT): the highest-priority tenant of the instance gets
 the performance model's high-priority latency (solo plus FIKIT's overhead); the others run
@@ -168,6 +176,9 @@ class NodeSimulator:
         # Own copies: MMPP and ServeGen processes carry state, and several simulators (e.g.
         # vectorised environments) may share one Scenario object.
         self._arrivals = {t.name: copy.deepcopy(t.arrivals) for t in scenario.inference_tenants()}
+        # Tenants that come and go; the others are in every interval's active set.
+        self._windowed = [t for t in scenario.tenants if t.active_windows_s]
+        self._always_active = frozenset(t.name for t in scenario.tenants if not t.active_windows_s)
         sharing = getattr(perf_model, "_sharing", None)  # the calibrated model's sharing-modes.yaml
         self.min_idle_fraction = float(sharing["priority_fill"]["min_idle_frac"]) if isinstance(sharing, dict) and "priority_fill" in sharing else MIN_IDLE_FRACTION
         self._seed = seed
@@ -192,6 +203,7 @@ class NodeSimulator:
         self._config = configuration if configuration is not None else self.scenario.reference
         self._slots: dict[str, _Slot] = {}
         self._slots_for: Configuration | None = None
+        self._slots_active: frozenset[str] | None = None  # the active set the slots were built for
         self._servers = {t.name: _Server(t) for t in self.scenario.inference_tenants()}
         self._down_until = {t.name: 0.0 for t in self.scenario.tenants}
         self._units = {t.name: t.units_after_drift for t in self.scenario.tenants if isinstance(t, ContinualLearningJob)}
@@ -301,11 +313,13 @@ class NodeSimulator:
         return tenant.accuracy if isinstance(tenant, InferenceTenant) else 1.0
 
     def observation(self) -> dict[str, dict[str, float]]:
-        """Per tenant, what a policy may observe: recent rates, queue, latency vs SLO, accuracy."""
+        """Per tenant, what a policy may observe: recent rates, queue, latency vs SLO,
+        accuracy, and whether it is active now (1.0) or outside its activity windows (0.0)."""
         obs = {}
         for t in self.scenario.tenants:
             last = self._last.get(t.name)
-            entry = {"accuracy": self.accuracy_of(t.serves if isinstance(t, ContinualLearningJob) else t.name)}
+            entry = {"accuracy": self.accuracy_of(t.serves if isinstance(t, ContinualLearningJob) else t.name),
+                     "active": 1.0 if t.is_active(self.time_s) else 0.0}
             if isinstance(t, InferenceTenant):
                 server = self._servers[t.name]
                 p99 = last.latency_ms_p99 if last else math.nan
@@ -346,8 +360,16 @@ class NodeSimulator:
             return (p.gpu_index, gi), gi.profile, profile.compute_slices, profile.memory_gib
         return (p.gpu_index, None), None, None, self.gpu_spec.memory_gib
 
-    def _build_slots(self, config: Configuration) -> dict[str, _Slot]:
-        """Placement, speed curves and memory fit of every placed tenant (cached per configuration)."""
+    def active_set(self, t0_s: float, t1_s: float) -> frozenset[str]:
+        """Names of the tenants active at some time of ``[t0_s, t1_s)`` (they hold memory
+        and interfere for the whole interval; the others are as if not deployed)."""
+        if not self._windowed:
+            return self._always_active
+        return self._always_active | {t.name for t in self._windowed if t.active_seconds(t0_s, t1_s) > 0.0}
+
+    def _build_slots(self, config: Configuration, active: frozenset[str]) -> dict[str, _Slot]:
+        """Placement, speed curves and memory fit of every placed tenant (cached per
+        configuration and set of ``active`` tenants: only those hold memory and interfere)."""
         problems = config.problems([t.name for t in self.scenario.inference_tenants()])
         if problems:
             raise ValueError("configuration cannot be applied: " + "; ".join(problems))
@@ -366,17 +388,20 @@ class NodeSimulator:
         slots = {}
         for key, members in by_instance.items():
             members.sort(key=lambda t: t.priority.rank)  # stable: scenario order breaks ties
-            memory_need = sum(self.perf.memory_gib(gpu, t.model, info[t.name][6]) for t in members)
+            # Inactive tenants run nothing: no memory, no interference, ranked after the rest.
+            running = [t for t in members if t.name in active]
+            members = running + [t for t in members if t.name not in active]
+            memory_need = sum(self.perf.memory_gib(gpu, t.model, info[t.name][6]) for t in running)
             oom = memory_need > info[members[0].name][4] + 1e-9
             for rank, t in enumerate(members):
                 p, _, profile, slices, _, mode, batch = info[t.name]
                 fill = mode == SharingMode.PRIORITY_FILL
-                others = tuple(CoRunner(o.model, info[o.name][6], info[o.name][0].mps_pct) for o in members if o is not t)
+                others = tuple(CoRunner(o.model, info[o.name][6], info[o.name][0].mps_pct) for o in running if o is not t)
                 # MPS shares only mean something under MPS; priority fill computes from solo speed.
                 mps = p.mps_pct if mode == SharingMode.MPS else 100.0
                 # A filler's curve is its solo one; the idle fraction scales it each interval.
                 colocated = () if fill and rank > 0 else others
-                slot = _Slot(t, p, key, mode, batch, rank, fill and rank > 0, oom)
+                slot = _Slot(t, p, key, mode, batch, rank, fill and rank > 0, oom and t.name in active)
                 if isinstance(t, InferenceTenant):
                     slot.service_mean_s, slot.service_sigma = self._curve(t, batch, profile, slices, mps, mode, colocated)
                 elif isinstance(t, ContinualLearningJob):
@@ -439,14 +464,26 @@ class NodeSimulator:
         """Apply ``configuration`` and simulate one decision interval."""
         t0 = self.time_s
         t1 = t0 + self.interval_s
-        if self._slots_for is configuration or (self._slots_for is not None and self._slots_for == configuration):
-            slots = self._slots
-            downtime: dict[str, float] = {}
-            gpu_s = (0.0,) * len(configuration.layouts)
+        active = self.active_set(t0, t1)
+        same_config = self._slots_for is configuration or (self._slots_for is not None and self._slots_for == configuration)
+        downtime: dict[str, float] = {}
+        gpu_s = (0.0,) * len(configuration.layouts)
+        if not same_config or active != self._slots_active:
+            slots = self._build_slots(configuration, active)
+            if not same_config:
+                downtime, gpu_s = self._downtimes(self._config, configuration, slots)
+            self._slots, self._slots_for, self._slots_active = slots, configuration, active
         else:
-            slots = self._build_slots(configuration)
-            downtime, gpu_s = self._downtimes(self._config, configuration, slots)
-            self._slots, self._slots_for = slots, configuration
+            slots = self._slots
+        if self._windowed:
+            # Nothing runs for a tenant outside its windows, so nothing restarts; one that
+            # becomes active while placed cold-starts then, like a newly placed tenant.
+            downtime = {name: seconds for name, seconds in downtime.items() if self.scenario.tenant(name).is_active(t0)}
+            for t in self._windowed:
+                if t.name in slots:
+                    for start_s in t.activations_s(t0, t1):
+                        self._down_until[t.name] = max(self._down_until[t.name], start_s + t.restart_s)
+                        downtime[t.name] = max(downtime.get(t.name, 0.0), t.restart_s)
         self._config = configuration
         for name, seconds in downtime.items():
             server = self._servers.get(name)
@@ -550,9 +587,17 @@ class NodeSimulator:
 
     def _serve(self, t: InferenceTenant, slot: _Slot | None, t0: float, t1: float, up_from: float, speed: float) -> TenantStepStats:
         server = self._servers[t.name]
+        # Drawn whatever the windows, so that the arrival stream stays a function of the seed.
         arrivals = self._arrivals[t.name].sample(t0, t1, self._arrival_rng[t.name])
         server.out.fill(0.0)
         server.hist_step.fill(0)
+        if t.active_windows_s:
+            arrivals = arrivals[t.active_mask(arrivals)]  # outside the windows they never existed
+            if not t.is_active(t0) and server.in_system():
+                # The server went away with its window: what it still held is lost.
+                server.out[q.O_DROPPED] += server.in_system()
+                server.state[q.S_WAITING] = server.state[q.S_FLIGHT_N] = 0
+                server.state[q.S_SERVER_FREE_S] = t0
         if slot is None:
             mean_s, sigma, batch = _NO_SERVICE_MEAN, _NO_SERVICE_SIGMA, 1
         else:
@@ -581,8 +626,8 @@ class NodeSimulator:
         )
 
     def _work(self, t: Tenant, slot: _Slot, t0: float, t1: float, up_from: float, speed: float) -> TenantStepStats:
-        """Training / best-effort progress over the interval (it runs whenever it is up)."""
-        running_s = max(0.0, t1 - max(t0, up_from)) if math.isfinite(up_from) else 0.0
+        """Training / best-effort progress over the interval (it runs whenever it is up and active)."""
+        running_s = t.active_seconds(max(t0, up_from), t1) if math.isfinite(up_from) else 0.0
         st = TenantStepStats(t.name, t.kind, utilization=running_s / (t1 - t0))
         if isinstance(t, ContinualLearningJob):
             samples = slot.work_rate * speed * running_s

@@ -192,12 +192,43 @@ def _priority(r: _Reader, default: str) -> Priority:
     return Priority(r.choice("priority", [p.value for p in Priority], default))
 
 
-def parse_tenant(r: _Reader, base_dir: Path) -> Tenant:
-    """One tenant entry; ``kind`` is inference, continual-learning or best-effort."""
+def parse_activity(r: _Reader, duration_s: float) -> tuple[tuple[float, float], ...]:
+    """A tenant's ``active`` windows: ``[{from_s, until_s}, ...]``, sorted and disjoint, in
+    seconds of episode time (``from_s`` defaults to 0, ``until_s`` to the episode's end);
+    no ``active`` field: active the whole episode (no windows)."""
+    if not r.has("active"):
+        return ()
+    raw = r.get("active", list)
+    if not raw:
+        raise ConfigError(r.source, r.path("active"), raw, "no window: the tenant would never be active (omit the field to keep it active the whole episode)")
+    windows: list[tuple[float, float]] = []
+    for i, entry in enumerate(raw):
+        w = _Reader(r.source, entry, r.path(f"active[{i}]"))
+        w.unknown(["from_s", "until_s"])
+        start = w.number("from_s", 0.0)
+        end = w.number("until_s") if w.has("until_s") else math.inf  # number() would reject an infinite default
+        if end <= start:
+            raise ConfigError(r.source, w.path("until_s"), end, f"must be > from_s ({start}): the tenant would be active for zero seconds")
+        if start >= duration_s:
+            raise ConfigError(r.source, w.path("from_s"), start, f"at or after the end of the episode (duration_s {duration_s}): the window is never active")
+        if windows and start < windows[-1][0]:
+            raise ConfigError(r.source, w.path("from_s"), start, f"activity windows must be sorted by from_s (the previous one starts at {windows[-1][0]})")
+        if windows and start < windows[-1][1]:
+            raise ConfigError(r.source, w.path("from_s"), start, f"overlapping activity windows (the previous one lasts until {windows[-1][1]})")
+        windows.append((start, end))
+    return tuple(windows)
+
+
+def parse_tenant(r: _Reader, base_dir: Path, duration_s: float = math.inf) -> Tenant:
+    """One tenant entry; ``kind`` is inference, continual-learning or best-effort.
+
+    :param duration_s: the episode's duration (an activity window must start before it), seconds
+    """
     kind = r.choice("kind", ["inference", "continual-learning", "best-effort"], "inference")
     name = r.get("name", str)
+    active = parse_activity(r, duration_s)
     if kind == "inference":
-        r.unknown(["kind", "name", "model", "slo_ms", "priority", "arrivals", "max_batch", "batch_timeout_ms", "queue_capacity", "restart_s", "accuracy", "tuned_at_mps_pct", "tuning_mismatch_penalty"])
+        r.unknown(["kind", "name", "model", "slo_ms", "priority", "arrivals", "max_batch", "batch_timeout_ms", "queue_capacity", "restart_s", "accuracy", "tuned_at_mps_pct", "tuning_mismatch_penalty", "active"])
         return InferenceTenant(
             name=name,
             model=r.get("model", str),
@@ -211,9 +242,10 @@ def parse_tenant(r: _Reader, base_dir: Path) -> Tenant:
             accuracy=r.number("accuracy", 1.0, maximum=1.0),
             tuned_at_mps_pct=r.number("tuned_at_mps_pct", None, strict=True, maximum=100.0),
             tuning_mismatch_penalty=r.number("tuning_mismatch_penalty", 0.0),
+            active_windows_s=active,
         )
     if kind == "continual-learning":
-        r.unknown(["kind", "name", "serves", "model", "ekya", "samples_per_unit", "drift_window_s", "units_after_drift", "restart_s", "priority"])
+        r.unknown(["kind", "name", "serves", "model", "ekya", "samples_per_unit", "drift_window_s", "units_after_drift", "restart_s", "priority", "active"])
         ekya = r.sub("ekya")
         ekya.unknown(["b0", "b1", "b2"])
         curve = EkyaCurve(ekya.number("b0", strict=True), ekya.number("b1", strict=True), ekya.number("b2", minimum=-math.inf))
@@ -227,8 +259,9 @@ def parse_tenant(r: _Reader, base_dir: Path) -> Tenant:
             units_after_drift=r.number("units_after_drift", 0.0),
             restart_s=r.number("restart_s", 0.0),
             priority=_priority(r, "low"),
+            active_windows_s=active,
         )
-    r.unknown(["kind", "name", "model", "restart_s", "priority", "work_weight", "tuned_at_mps_pct", "tuning_mismatch_penalty"])
+    r.unknown(["kind", "name", "model", "restart_s", "priority", "work_weight", "tuned_at_mps_pct", "tuning_mismatch_penalty", "active"])
     return BestEffortJob(
         name=name,
         model=r.get("model", str),
@@ -237,6 +270,7 @@ def parse_tenant(r: _Reader, base_dir: Path) -> Tenant:
         work_weight=r.number("work_weight", 1.0),
         tuned_at_mps_pct=r.number("tuned_at_mps_pct", None, strict=True, maximum=100.0),
         tuning_mismatch_penalty=r.number("tuning_mismatch_penalty", 0.0),
+        active_windows_s=active,
     )
 
 
@@ -297,7 +331,8 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     tenants_raw = r.get("tenants", list)
     if not tenants_raw:
         raise ConfigError(path, "tenants", tenants_raw, "a scenario needs at least one tenant")
-    tenants = [parse_tenant(_Reader(str(path), t, f"tenants[{i}]"), path.parent) for i, t in enumerate(tenants_raw)]
+    duration_s = r.number("duration_s", strict=True)  # read first: activity windows are checked against it
+    tenants = [parse_tenant(_Reader(str(path), t, f"tenants[{i}]"), path.parent, duration_s) for i, t in enumerate(tenants_raw)]
     names = [t.name for t in tenants]
     for i, t in enumerate(tenants):
         if names.index(t.name) != i:
@@ -320,7 +355,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         description=r.get("description", str, ""),
         gpu=gpu,
         gpu_count=gpu_count,
-        duration_s=r.number("duration_s", strict=True),
+        duration_s=duration_s,
         decision_interval_s=r.number("decision_interval_s", strict=True),
         tenants=tenants,
         weights=weights,

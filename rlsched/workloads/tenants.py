@@ -9,6 +9,9 @@
 
 Numbers here that are not measured (restart costs, Ekya coefficients, drift) are scenario
 parameters: every scenario file states its values and where they come from.
+
+Any tenant may exist for part of the episode only (a service deployed mid-episode, a
+retraining job that starts and ends): :class:`ActivityWindows` holds its windows.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from rlsched.workloads.arrivals import ArrivalProcess
 
@@ -34,7 +39,52 @@ class Priority(str, enum.Enum):
 
 
 @dataclass
-class InferenceTenant:
+class ActivityWindows:
+    """When a tenant exists: half-open windows ``[from_s, until_s)`` of episode time.
+
+    A base of every tenant kind, so each says when it is active the same way. The windows
+    are sorted and disjoint (the scenario reader checks it); none at all means active the
+    whole episode. The field is keyword-only so that it follows each kind's own fields.
+
+    :param active_windows_s: ``((from_s, until_s), ...)``, seconds of episode time
+    """
+
+    active_windows_s: tuple[tuple[float, float], ...] = field(default=(), kw_only=True)
+
+    def is_active(self, t_s: float) -> bool:
+        """Whether the tenant exists at episode time ``t_s``."""
+        return not self.active_windows_s or any(start <= t_s < end for start, end in self.active_windows_s)
+
+    def active_seconds(self, t0_s: float, t1_s: float) -> float:
+        """Seconds of ``[t0_s, t1_s)`` during which the tenant is active."""
+        if not self.active_windows_s:
+            return max(0.0, t1_s - t0_s)
+        return sum(max(0.0, min(t1_s, end) - max(t0_s, start)) for start, end in self.active_windows_s)
+
+    def activations_s(self, t0_s: float, t1_s: float) -> list[float]:
+        """Times in ``[t0_s, t1_s)`` at which the tenant comes into existence (a window
+        start that does not continue the previous window; the episode start is none: the
+        tenant is deployed from the outset, like an always-active one)."""
+        out = []
+        previous_end = 0.0
+        for start, end in self.active_windows_s:
+            if t0_s <= start < t1_s and start > previous_end:
+                out.append(start)
+            previous_end = end
+        return out
+
+    def active_mask(self, times_s: np.ndarray) -> np.ndarray:
+        """Bool per time of ``times_s``: whether the tenant is active then."""
+        if not self.active_windows_s:
+            return np.ones(times_s.shape, dtype=bool)
+        starts = np.array([w[0] for w in self.active_windows_s])
+        ends = np.array([w[1] for w in self.active_windows_s])
+        index = np.searchsorted(starts, times_s, side="right") - 1
+        return (index >= 0) & (times_s < ends[np.maximum(index, 0)])
+
+
+@dataclass
+class InferenceTenant(ActivityWindows):
     """A latency-critical inference service.
 
     :param name: unique tenant name (the key in :class:`~rlsched.decision.Configuration`)
@@ -102,7 +152,7 @@ class EkyaCurve:
 
 
 @dataclass
-class ContinualLearningJob:
+class ContinualLearningJob(ActivityWindows):
     """A retraining job keeping an inference tenant's model accurate under data drift.
 
     Every ``drift_window_s`` the data distribution moves on: the retraining progress
@@ -134,7 +184,7 @@ class ContinualLearningJob:
 
 
 @dataclass
-class BestEffortJob:
+class BestEffortJob(ActivityWindows):
     """A best-effort job with a throughput objective (e.g. autotuning a model's kernels).
 
     Progress is counted in full-GPU seconds of work: each second it runs at throughput h
