@@ -642,7 +642,7 @@ class NodeSimulator:
 
 
 #: NodeSimulator attributes a snapshot shares instead of copying (never mutated in place).
-_SHARED_STATE = frozenset({"scenario", "perf", "gpu_spec", "interval_s", "_curve_cache", "min_idle_fraction", "_seed"})
+_SHARED_STATE = frozenset({"scenario", "perf", "gpu_spec", "interval_s", "_curve_cache", "min_idle_fraction", "_seed", "_windowed", "_always_active"})
 
 
 def _shared_memo(state: dict) -> dict[int, object]:
