@@ -192,15 +192,28 @@ def _priority(r: _Reader, default: str) -> Priority:
     return Priority(r.choice("priority", [p.value for p in Priority], default))
 
 
+def _model_key(r: _Reader) -> str:
+    """The tenant's model, ``MODEL@SOURCE`` when it names a calibration source (``auto`` or a
+    calibration file's stem, e.g. ``parvagpu-a100-80gb``). Without ``source`` the model keeps
+    the performance model's original choice (sources that measured slices or shares)."""
+    model = r.get("model", str)
+    source = r.get("source", str, None)
+    if source is None:
+        return model
+    if not source or "@" in source or "@" in model:
+        raise ConfigError(r.source, r.path("source"), source, "expected auto or a calibration file's stem, e.g. parvagpu-a100-80gb")
+    return f"{model}@{source}"
+
+
 def parse_tenant(r: _Reader, base_dir: Path) -> Tenant:
     """One tenant entry; ``kind`` is inference, continual-learning or best-effort."""
     kind = r.choice("kind", ["inference", "continual-learning", "best-effort"], "inference")
     name = r.get("name", str)
     if kind == "inference":
-        r.unknown(["kind", "name", "model", "slo_ms", "priority", "arrivals", "max_batch", "batch_timeout_ms", "queue_capacity", "restart_s", "accuracy", "tuned_at_mps_pct", "tuning_mismatch_penalty"])
+        r.unknown(["kind", "name", "model", "source", "slo_ms", "priority", "arrivals", "max_batch", "batch_timeout_ms", "queue_capacity", "restart_s", "accuracy", "tuned_at_mps_pct", "tuning_mismatch_penalty"])
         return InferenceTenant(
             name=name,
-            model=r.get("model", str),
+            model=_model_key(r),
             slo_ms=r.number("slo_ms", strict=True),
             arrivals=parse_arrivals(r.sub("arrivals"), base_dir),
             priority=_priority(r, "normal"),
@@ -213,14 +226,14 @@ def parse_tenant(r: _Reader, base_dir: Path) -> Tenant:
             tuning_mismatch_penalty=r.number("tuning_mismatch_penalty", 0.0),
         )
     if kind == "continual-learning":
-        r.unknown(["kind", "name", "serves", "model", "ekya", "samples_per_unit", "drift_window_s", "units_after_drift", "restart_s", "priority"])
+        r.unknown(["kind", "name", "serves", "model", "source", "ekya", "samples_per_unit", "drift_window_s", "units_after_drift", "restart_s", "priority"])
         ekya = r.sub("ekya")
         ekya.unknown(["b0", "b1", "b2"])
         curve = EkyaCurve(ekya.number("b0", strict=True), ekya.number("b1", strict=True), ekya.number("b2", minimum=-math.inf))
         return ContinualLearningJob(
             name=name,
             serves=r.get("serves", str),
-            model=r.get("model", str),
+            model=_model_key(r),
             curve=curve,
             samples_per_unit=r.number("samples_per_unit", strict=True),
             drift_window_s=r.number("drift_window_s", strict=True),
@@ -228,10 +241,10 @@ def parse_tenant(r: _Reader, base_dir: Path) -> Tenant:
             restart_s=r.number("restart_s", 0.0),
             priority=_priority(r, "low"),
         )
-    r.unknown(["kind", "name", "model", "restart_s", "priority", "work_weight", "tuned_at_mps_pct", "tuning_mismatch_penalty"])
+    r.unknown(["kind", "name", "model", "source", "restart_s", "priority", "work_weight", "tuned_at_mps_pct", "tuning_mismatch_penalty"])
     return BestEffortJob(
         name=name,
-        model=r.get("model", str),
+        model=_model_key(r),
         restart_s=r.number("restart_s", 0.0),
         priority=_priority(r, "low"),
         work_weight=r.number("work_weight", 1.0),
