@@ -126,7 +126,9 @@ def test_cli_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", "--gpu", "a100-80gb", "--model", "resnet50", "--profile", "3g.40gb", "--batch", "8", "--json",
                  "--colocated", "vit:4:50"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"latency_ms_p99", "latency_ms_mean", "throughput_per_s", "memory_gib", "fits"} and doc["fits"] is True
+    assert set(doc) == {"latency_ms_p99", "latency_ms_mean", "throughput_per_s", "memory_gib", "fits", "source", "calibrated_on",
+                        "slices"} and doc["fits"] is True
+    assert doc["source"] == "migprofiler-a100-80gb"
 
 
 @pytest.mark.parametrize("argv", [["--profile", "9g.99gb"], ["--mps-pct", "0"], ["--colocated", "vgg19"], ["--model", "nope"]])

@@ -31,6 +31,9 @@ class ModelCalibration:
     :param p99_over_mean: converts between P99 and mean latency
     :param memory: ``base_gib`` and ``gib_per_sample`` (None when the source has none)
     :param l2_intensity: L2-busy ms per batch and per sample (None when not measured)
+    :param file_name: the calibration file's stem, the name ``--source`` picks it by
+    :param slices_measured: False when the source measured one instance only and every other
+        slice or share is inferred (``slice_behaviour: inferred`` in the file)
     """
 
     name: str
@@ -42,6 +45,8 @@ class ModelCalibration:
     p99_over_mean: float = 1.0
     memory: dict[str, float] | None = None
     l2_intensity: dict[str, float] | None = None
+    file_name: str = ""
+    slices_measured: bool = True
 
 
 @dataclass
@@ -95,6 +100,9 @@ def load(path: str | Path) -> CalibrationFile:
         if not isinstance(doc.get(key), str):
             raise ConfigError(path, key, doc.get(key), "expected a string")
     out = CalibrationFile(path, doc["source"], doc["gpu"], interference=dict(doc.get("interference") or {}))
+    behaviour = doc.get("slice_behaviour", "measured")
+    if behaviour not in ("measured", "inferred"):
+        raise ConfigError(path, "slice_behaviour", behaviour, "expected measured or inferred")
     for kind in ("inference", "training"):
         section = doc.get(kind) or {}
         if not isinstance(section, dict):
@@ -114,7 +122,8 @@ def load(path: str | Path) -> CalibrationFile:
                 l2 = {k: _num(path, f"{where}.l2_intensity.{k}", l2.get(k)) for k in ("l2_busy_ms_per_batch", "l2_busy_ms_per_sample")}
             out.models[(kind, name)] = ModelCalibration(
                 name, out.source, out.gpu, kind, metric, _params(path, f"{where}.params", entry.get("params")),
-                _num(path, f"{where}.p99_over_mean", entry.get("p99_over_mean", 1.0), 1.0, 10.0), memory, l2)
+                _num(path, f"{where}.p99_over_mean", entry.get("p99_over_mean", 1.0), 1.0, 10.0), memory, l2,
+                path.stem, behaviour == "measured")
     return out
 
 

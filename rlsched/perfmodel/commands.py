@@ -9,10 +9,16 @@ from pathlib import Path
 
 from rlsched.errors import ConfigError
 
-REPORT_SOURCES = ("migprofiler", "igniter", "miso")
+REPORT_SOURCES = ("migprofiler", "igniter", "miso", "parvagpu")
 
 
-def _colocated(values: list[str]) -> list:
+def model_key(model: str, source: str) -> str:
+    """The model name the performance model resolves: ``MODEL@SOURCE`` (see model.py)."""
+    from rlsched.perfmodel.model import SOURCE_SEPARATOR
+    return model if SOURCE_SEPARATOR in model else f"{model}{SOURCE_SEPARATOR}{source}"
+
+
+def _colocated(values: list[str], source: str = "auto") -> list:
     from rlsched.perfmodel.model import CoRunner
     out = []
     for text in values:
@@ -20,7 +26,7 @@ def _colocated(values: list[str]) -> list:
         try:
             if len(parts) not in (2, 3):
                 raise ValueError
-            out.append(CoRunner(parts[0], int(parts[1]), float(parts[2]) if len(parts) == 3 else 100.0))
+            out.append(CoRunner(model_key(parts[0], source), int(parts[1]), float(parts[2]) if len(parts) == 3 else 100.0))
         except ValueError as exc:
             raise ConfigError("--colocated", "colocated", text, "expected MODEL:BATCH[:PCT], e.g. vgg19:8:50") from exc
     return out
@@ -29,10 +35,13 @@ def _colocated(values: list[str]) -> list:
 def cmd_predict(args: argparse.Namespace) -> int:
     from rlsched.perfmodel.model import PerformanceModel, SharingMode
     model = PerformanceModel.load(args.calibration)
-    pred = model.predict(args.gpu, args.model, args.batch, args.profile, args.mps_pct, SharingMode(args.mode),
-                         _colocated(args.colocated), args.compute_slices, high_priority=not args.low_priority)
+    key = model_key(args.model, args.source)
+    pred = model.predict(args.gpu, key, args.batch, args.profile, args.mps_pct, SharingMode(args.mode),
+                         _colocated(args.colocated, args.source), args.compute_slices, high_priority=not args.low_priority)
+    used = model.calibration_for(args.gpu, key)
     doc = {"latency_ms_p99": round(pred.latency_ms_p99, 4), "latency_ms_mean": round(pred.latency_ms_mean, 4),
-           "throughput_per_s": round(pred.throughput_per_s, 3), "memory_gib": round(pred.memory_gib, 4), "fits": pred.fits}
+           "throughput_per_s": round(pred.throughput_per_s, 3), "memory_gib": round(pred.memory_gib, 4), "fits": pred.fits,
+           "source": used.file_name, "calibrated_on": used.gpu, "slices": "measured" if used.slices_measured else "inferred"}
     if args.json:
         print(json.dumps(doc))
     else:
@@ -69,7 +78,9 @@ def report_rows(data_dir: Path) -> list[dict]:
             rows.append({"source": source, "gpu": doc["gpu"], "data": part, "cv_scheme": err["cv_scheme"],
                          "model_cv_mape_pct": err["cv_mape_pct"], "baseline": baseline.get("name", ""),
                          "baseline_cv_mape_pct": baseline.get("cv_mape_pct"),
-                         "no_interference_mape_pct": err.get("baseline_no_interference_mape_pct")})
+                         "no_interference_mape_pct": err.get("baseline_no_interference_mape_pct"),
+                         "per_model_mape_pct": err.get("cv_per_model_mape_pct", {}),
+                         "per_held_out_group_mape_pct": err.get("cv_per_held_out_group_mape_pct", {})})
     return rows
 
 
@@ -83,6 +94,9 @@ def cmd_calibrate_report(args: argparse.Namespace) -> int:
         base = "" if r["baseline_cv_mape_pct"] is None else f"{r['baseline_cv_mape_pct']:.2f}"
         extra = f" (no interference: {r['no_interference_mape_pct']:.2f}%)" if r["no_interference_mape_pct"] is not None else ""
         print(f"{r['source']:12s} {r['gpu']:10s} {r['data']:7s} {r['cv_scheme']:45s} {r['model_cv_mape_pct']:8.2f} {base:>10s}  {r['baseline']}{extra}")
+        for label, values in (("models", r["per_model_mape_pct"]), ("held out", r["per_held_out_group_mape_pct"])):
+            if values:
+                print(f"{'':12s}   {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in values.items()))
     return 0
 
 
@@ -110,15 +124,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--low-priority", action="store_true", help="priority-fill: this tenant fills the others' gaps")
     p.add_argument("--colocated", nargs="*", default=[], metavar="MODEL:BATCH:PCT")
     p.add_argument("--calibration", default=None, help="calibration directory (default: packaged)")
+    p.add_argument("--source", default="auto",
+                   help="calibration source (file stem, e.g. parvagpu-a100-80gb); default auto: the best source for this model on this GPU")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
 
     cal = sub.add_parser("calibrate", help="fit, report or measure performance-model calibrations")
     csub = cal.add_subparsers(dest="calibrate_command", required=True)
     p = csub.add_parser("fit", help="rebuild one calibration file from raw data")
-    p.add_argument("--source", required=True, choices=["migprofiler", "igniter", "miso", "profile"])
+    p.add_argument("--source", required=True, choices=["migprofiler", "igniter", "miso", "parvagpu", "profile"])
     p.add_argument("--data", default=None, help="raw data dir (default: $RLSCHED_CALIBRATION_DATA or ../shared/data/calibration)")
     p.add_argument("--gpu", default=None, help="catalog GPU the profile ran on (--source profile)")
+    # --data for parvagpu: the folder holding full_gpu_profile.csv, or the calibration data root
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_calibrate_fit)
     p = csub.add_parser("report", help="cross-validated MAPE per source with reference baselines")

@@ -177,3 +177,65 @@ def read_miso(data_dir: Path) -> list[SliceMeasurement]:
         out.append(SliceMeasurement(model=row["model"], instance=row["mig_slice"], batch=int(_number(path, i, row, "batch")),
                                     latency_ms=1000.0 * _number(path, i, row, "median_iter_s")))
     return out
+
+
+# ---- a user's full-GPU profile -----------------------------------------------------------
+# One documented format (docs/calibration-sources.md), ParvaGPU's prof_data columns: one row
+# per (model, batch, process count) on ONE instance of the GPU (mig_gpcs = its compute slices,
+# 0 = the whole GPU without MIG). An all-zero row means "not measured" and is skipped.
+FULL_GPU_PROFILE_FILE = "full_gpu_profile.csv"
+FULL_GPU_COLUMNS = ("model", "mig_gpcs", "batch", "mps_processes", "throughput_per_process", "latency_s")
+
+
+@dataclass(frozen=True)
+class FullGpuMeasurement:
+    """One row of a full-GPU profile: ``processes`` identical copies of a model under MPS.
+
+    :param model: model name
+    :param mig_gpcs: compute slices (GPCs) of the profiled instance, 0 = whole GPU, no MIG
+    :param batch: samples per batch
+    :param processes: identical processes running at once in the instance (MPS, no limits)
+    :param latency_ms: mean per-batch time of ONE process, ms (batch * 1000 / throughput,
+        more precise than the rounded ``latency_s`` column)
+    :param memory_gib: device memory of one process, GiB (None when not reported)
+    """
+
+    model: str
+    mig_gpcs: int
+    batch: int
+    processes: int
+    latency_ms: float
+    memory_gib: float | None = None
+
+
+def read_full_gpu_profile(path: Path) -> list[FullGpuMeasurement]:
+    """Read and validate a full-GPU profile CSV (see :data:`FULL_GPU_COLUMNS`).
+
+    Raises :class:`ConfigError` naming file, ``row N.column`` and value for a missing column,
+    a non-number, a batch or process count below 1, or a row whose latency is set but whose
+    throughput is not positive.
+    """
+    path = Path(path)
+    out = []
+    for i, row in enumerate(_rows(path, FULL_GPU_COLUMNS)):
+        tput = _number(path, i, row, "throughput_per_process")
+        lat_s = _number(path, i, row, "latency_s")
+        if lat_s == 0.0 and tput == 0.0:
+            continue  # not measured (out of memory or skipped)
+        if tput <= 0.0:
+            raise ConfigError(path, f"row {i + 2}.throughput_per_process", row["throughput_per_process"],
+                              f"must be > 0 where latency_s is set ({row['latency_s']})")
+        batch = _number(path, i, row, "batch")
+        procs = _number(path, i, row, "mps_processes")
+        gpcs = _number(path, i, row, "mig_gpcs")
+        for column, value in (("batch", batch), ("mps_processes", procs)):
+            if value < 1 or value != int(value):
+                raise ConfigError(path, f"row {i + 2}.{column}", row[column], "expected an integer >= 1")
+        if gpcs != int(gpcs):
+            raise ConfigError(path, f"row {i + 2}.mig_gpcs", row["mig_gpcs"], "expected an integer (0 = whole GPU, no MIG)")
+        mem = _number(path, i, row, "memory_mib", allow_empty=True) if "memory_mib" in row else None
+        out.append(FullGpuMeasurement(row["model"], int(gpcs), int(batch), int(procs), 1000.0 * batch / tput,
+                                      None if mem is None else mem / MIB_PER_GIB))
+    if not out:
+        raise ConfigError(path, "<rows>", None, "no measured row (every row is empty or all zero)")
+    return out

@@ -21,6 +21,18 @@ from rlsched.perfmodel import calibration as cal
 from rlsched.perfmodel.physics import Resources, gpu_time_ms, latency_ms
 
 MAX_BATCH = 4096
+# A model name may carry the calibration source to use: ``vgg19@parvagpu-a100-80gb`` (a
+# calibration file's stem or its ``source`` field) or ``vgg19@auto`` (the best source for the
+# model on the asked GPU). A bare name keeps the original rule, which never picks a source
+# whose slices are inferred from one instance (so existing scenarios simulate unchanged).
+SOURCE_SEPARATOR = "@"
+AUTO_SOURCE = "auto"
+
+
+def split_model_key(key: str) -> tuple[str, str | None]:
+    """``"vgg19@auto"`` -> ``("vgg19", "auto")``; ``"vgg19"`` -> ``("vgg19", None)``."""
+    name, sep, source = key.partition(SOURCE_SEPARATOR)
+    return name, (source if sep else None)
 
 
 @dataclass(frozen=True)
@@ -96,16 +108,32 @@ class PerformanceModel:
 
     # ---- resolution ---------------------------------------------------------------------
     def _calibration(self, kind: str, model: str, gpu: GpuSpec) -> cal.ModelCalibration:
-        candidates = self._by_name.get((kind, model))
+        name, source = split_model_key(model)
+        candidates = self._by_name.get((kind, name))
         if not candidates:
             known = sorted(n for k, n in self._by_name if k == kind)
-            raise ConfigError("--model", "model", model, f"no {kind} calibration (known: {', '.join(known)})")
+            raise ConfigError("--model", "model", name, f"no {kind} calibration (known: {', '.join(known)})")
+        if source is None:
+            # The original rule: only sources that measured slices or shares.
+            candidates = [mc for mc in candidates if mc.slices_measured] or candidates
+        elif source != AUTO_SOURCE:
+            named = [mc for mc in candidates if source in (mc.file_name, mc.source)]
+            if not named:
+                have = sorted({mc.file_name for mc in candidates})
+                raise ConfigError("--source", "source", source, f"no {kind} calibration of {name} from it (sources with {name}: {', '.join(have)}; or auto)")
+            candidates = named
 
-        def score(mc: cal.ModelCalibration) -> tuple[int, int, int]:
+        def score(mc: cal.ModelCalibration) -> tuple[int, ...]:
             ref = load_gpu(mc.gpu)
-            # Same GPU, then same architecture, then a calibration GPU shared the same way.
-            return (mc.gpu == gpu.name, ref.architecture == gpu.architecture, ref.mig_supported == gpu.mig_supported)
+            # Same GPU, then same architecture, then a calibration GPU shared the same way;
+            # (auto) then measured slices beat slices inferred from one instance.
+            rank = (mc.gpu == gpu.name, ref.architecture == gpu.architecture, ref.mig_supported == gpu.mig_supported)
+            return rank + ((mc.slices_measured,) if source is not None else ())
         return max(candidates, key=score)
+
+    def calibration_for(self, gpu: str, model: str, kind: str = "inference") -> cal.ModelCalibration:
+        """The calibration a prediction of ``model`` (a name or ``NAME@SOURCE``) on ``gpu`` uses."""
+        return self._calibration(kind, model, load_gpu(gpu))
 
     def _gpu_rates(self, name: str) -> tuple[float, float]:
         entry = self._throughput.get(name)
@@ -147,9 +175,10 @@ class PerformanceModel:
         """The calibration kind to read a co-runner from: the asking tenant's kind when that
         model has one, else whichever kind does (a retraining job's model, e.g. ``bert``,
         may have only a training calibration while it shares a GI with inference)."""
-        if (kind, model) in self._by_name:
+        name = split_model_key(model)[0]
+        if (kind, name) in self._by_name:
             return kind
-        return "inference" if ("inference", model) in self._by_name else "training"
+        return "inference" if ("inference", name) in self._by_name else "training"
 
     def _l2_util(self, kind: str, gpu: GpuSpec, runner: CoRunner, profile: str | None, compute_slices: int | None, share: float) -> float:
         lat, busy, mc = self._solo(kind, gpu, runner.model, np.array([float(runner.batch)]), profile, compute_slices, share)
@@ -236,8 +265,8 @@ class PerformanceModel:
     def memory_gib(self, gpu: str, model: str, batch: int, kind: str = "inference") -> float:
         """Device memory of the model at this batch, GiB (framework + weights + activations)."""
         spec = load_gpu(gpu)
-        kind = kind if (kind, model) in self._by_name else "training"
-        memory = self._calibration(kind, model, spec).memory or self._memory_estimates.get(model)
+        kind = kind if (kind, split_model_key(model)[0]) in self._by_name else "training"
+        memory = self._calibration(kind, model, spec).memory or self._memory_estimates.get(split_model_key(model)[0])
         if memory is None:
             raise ConfigError(self._directory, f"{model}.memory", None, "no memory calibration or estimate for this model")
         return float(memory["base_gib"]) + float(memory["gib_per_sample"]) * batch
@@ -249,4 +278,4 @@ class PerformanceModel:
         return float(mean[-1]) / 1000.0
 
 
-__all__ = ["CoRunner", "PerformanceModel", "Prediction", "SharingMode", "gpu_names"]
+__all__ = ["AUTO_SOURCE", "SOURCE_SEPARATOR", "CoRunner", "PerformanceModel", "Prediction", "SharingMode", "gpu_names", "split_model_key"]

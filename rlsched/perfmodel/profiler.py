@@ -1,7 +1,9 @@
 """Real-device latency profiler: plain-torch models, CUDA events (wall clock on CPU).
 
-Writes ``latency.csv`` in the MIGProfiler column format that :mod:`rlsched.perfmodel.data`
-reads, so ``rlsched calibrate fit --source profile --data DIR --gpu NAME`` can fit it.
+Writes ``full_gpu_profile.csv`` (the documented full-GPU profile format, one process per row;
+see :data:`rlsched.perfmodel.data.FULL_GPU_COLUMNS`) and, for reference, ``latency.csv`` in the
+MIGProfiler column format (P99 and spread), so ``rlsched calibrate fit --source profile
+--data DIR --gpu NAME`` can fit it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_text_atomically
+from rlsched.perfmodel.data import FULL_GPU_COLUMNS, FULL_GPU_PROFILE_FILE
 from rlsched.perfmodel.sources import PROFILE_FILE
 
 WARMUP_ITERATIONS = 5
@@ -113,11 +116,23 @@ def profile_models(models: list[str], batches: list[int], device_name: str, out_
                          "mig_profile": instance, "fb_used_mean": round(mem_mib, 3),
                          "device": device_name})
     out_dir.mkdir(parents=True, exist_ok=True)
+    gpcs = 0 if instance == "whole" else int(instance.split("g", 1)[0]) if instance.split("g", 1)[0].isdigit() else None
+    if gpcs is None:
+        raise ConfigError("--instance", "instance", instance, "expected 'whole' or a MIG profile name such as 7g.80gb")
+    full = [{"model": r["model_name"], "mig_gpcs": gpcs, "batch": r["batch_size"], "mps_processes": 1,
+             "throughput_per_process": r["throughput"], "latency_s": round(r["latency_mean"] / 1000.0, 6),
+             "memory_mib": r["fb_used_mean"]} for r in rows]
+    _write_csv(out_dir / FULL_GPU_PROFILE_FILE, [*FULL_GPU_COLUMNS, "memory_mib"], full)
     path = out_dir / PROFILE_FILE
+    _write_csv(path, list(rows[0]), rows)
+    return path
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+    """Write rows as CSV atomically."""
     import io
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer = csv.DictWriter(buf, fieldnames=columns)
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomically(path, buf.getvalue())
-    return path

@@ -7,6 +7,9 @@ Sources (never pooled, per ../shared/data/SOURCES.md):
 * ``igniter``: icloud-ecnu/igniter, V100, TensorRT, MPS: solo latency cross-validated
   leave-one-share-out; L2 interference cross-validated on held-back model pairs.
 * ``miso``: boringlee24/socc22-miso, A100-40GB training step times; leave-one-slice-out.
+* ``parvagpu``: MunQ-Lee/ParvaGPU_SC24, A100-80GB, PyTorch (TF32 convolutions): 11 models
+  profiled on the full GPU only, 1-5 MPS processes; slices are inferred (see
+  :func:`fit_full_gpu_profile`), cross-validated leave-one-process-count-out.
 * ``profile``: what ``rlsched calibrate profile`` measured on the user's own device.
 """
 
@@ -26,7 +29,7 @@ from rlsched.perfmodel.fitting import (FitSpec, Observations, cross_validate, cu
                                        physical_fitter)
 from rlsched.perfmodel.physics import LatencyParams, Resources, gpu_time_ms, latency_ms
 
-SOURCE_NAMES = ("migprofiler", "igniter", "miso", "profile")
+SOURCE_NAMES = ("migprofiler", "igniter", "miso", "parvagpu", "profile")
 # A normal tail: P99 = mean + 2.326 sigma. Used only to convert between the two metrics.
 Z_P99 = 2.326
 WHOLE_GPU = "whole"
@@ -71,6 +74,48 @@ TRAINING_SPEC = FitSpec(
             "memory_bound_fraction": (0.0, 1.0)},
     priors={"memory_bound_fraction": (0.0, 0.1)},
 )
+
+
+# A full-GPU profile (one instance, 1..k identical MPS processes). Assumptions, stated once:
+# * k processes under MPS share the instance's SMs and DRAM bandwidth equally (share 1/k
+#   each), so the multi-process rows separate what contends for the GPU (the work terms,
+#   which also scale with a slice's SMs) from what does not: the per-model host launch
+#   floor, fixed_gpu_ms (latency-bound kernels that overlap across processes) and
+#   io_ms_per_sample (host/PCIe time per sample). Wave under-fill (parallel_sms_per_sample)
+#   is what lets small batches of several processes run side by side.
+# * The memory-bound fraction is NOT identifiable (k processes divide SMs and bandwidth
+#   alike): held at 0, so a slice's slowdown follows its SMs (1g = 14/98 of 7g on an A100);
+#   MIGProfiler's measured 1g/7g ratios at batch 256 are 7.06 (vit) and 7.30 (resnet50)
+#   against 7.0 for SMs and 8.0 for bandwidth, so this errs fast by up to ~4%.
+FULL_GPU_MULTI_SPEC = FitSpec(
+    per_model=("host_floor_ms", "host_softmax_exponent", "fixed_gpu_ms", "base_work_ms", "work_ms_per_sample",
+               "work_ms_per_sqrt_sample", "parallel_sms_per_sample", "io_ms_per_sample"),
+    fixed={"memory_bound_fraction": 0.0},
+    start={"host_floor_ms": 4.0, "host_softmax_exponent": 4.0, "fixed_gpu_ms": 0.5, "base_work_ms": 0.2,
+           "work_ms_per_sample": 0.3, "work_ms_per_sqrt_sample": 0.1, "parallel_sms_per_sample": 5.0, "io_ms_per_sample": 0.0},
+    bounds={"host_floor_ms": (0.0, 100.0), "host_softmax_exponent": (1.5, 20.0), "fixed_gpu_ms": (0.0, 100.0),
+            "base_work_ms": _WIDE, "work_ms_per_sample": _WIDE, "work_ms_per_sqrt_sample": _WIDE,
+            "parallel_sms_per_sample": (0.05, 1e4), "io_ms_per_sample": (0.0, 100.0)},
+)
+# One process only (e.g. MIGProfiler's 7g rows, or ``calibrate profile`` output): nothing
+# separates host from GPU time except the sweep's shape, so the floor is shared by the models
+# (one framework on one host), host/PCIe per-sample time is held at 0 and the rest is the
+# sweep's work split. Chosen by leave-all-slices-out on MIGProfiler (fit on 7g only, predict
+# 1g/2g: vision, bert-base and training; see ``rlsched calibrate report``).
+FULL_GPU_SINGLE_SPEC = FitSpec(
+    per_model=("fixed_gpu_ms", "base_work_ms", "work_ms_per_sample", "work_ms_per_sqrt_sample", "parallel_sms_per_sample"),
+    shared=("host_floor_ms", "host_softmax_exponent"),
+    fixed={"memory_bound_fraction": 0.0, "io_ms_per_sample": 0.0},
+    start={"host_floor_ms": 4.0, "host_softmax_exponent": 4.0, "fixed_gpu_ms": 1.0, "base_work_ms": 0.2,
+           "work_ms_per_sample": 0.3, "work_ms_per_sqrt_sample": 0.1, "parallel_sms_per_sample": 5.0},
+    bounds={"host_floor_ms": (0.0, 100.0), "host_softmax_exponent": (1.5, 20.0), "fixed_gpu_ms": (0.0, 100.0),
+            "base_work_ms": _WIDE, "work_ms_per_sample": _WIDE, "work_ms_per_sqrt_sample": _WIDE,
+            "parallel_sms_per_sample": (0.05, 1e4)},
+)
+# Fewest distinct single-process batch sizes per model a full-GPU profile must have: fewer
+# cannot separate the host floor from the per-batch and per-sample work (the bounds and the
+# other models' shared floor regularise the remaining parameters).
+MIN_PROFILE_BATCHES = 4
 
 
 def instance_resources(gpu: GpuSpec, instance: np.ndarray) -> Resources:
@@ -214,6 +259,7 @@ def fit_migprofiler(data_dir: Path) -> dict[str, Any]:
         for entry in models.values():
             entry["p99_over_mean"] = error["p99_over_mean"]
         doc[kind].update(models)
+    doc["fit_error"]["vision_full_gpu_only"] = leave_all_slices_out(data_dir)
     return doc
 
 
@@ -383,11 +429,156 @@ def fit_miso(data_dir: Path) -> dict[str, Any]:
             "fit_error": {"train": error}}
 
 
+# ---- a full-GPU profile: one instance, 1..k MPS processes --------------------------------
+
+def _profiled_instance(gpu: GpuSpec, gpcs: int, path: Path, model: str) -> tuple[float, float]:
+    """(SMs, bandwidth fraction) of the instance a profile row ran on (0 GPCs = whole GPU)."""
+    if gpcs == 0:
+        return float(gpu.sm_count), 1.0
+    sizes = [p for p in gpu.profiles.values() if p.variant == "standard" and p.compute_slices == gpcs]
+    if not sizes:
+        raise ConfigError(path, f"{model}.mig_gpcs", gpcs, f"{gpu.name} has no standard MIG profile with that many compute slices")
+    prof = max(sizes, key=lambda p: p.memory_slices)
+    return float(prof.sm_count), prof.memory_slices / gpu.memory_slices
+
+
+def full_gpu_observations(points: list[raw.FullGpuMeasurement], gpu: GpuSpec, path: Path) -> dict[str, Observations]:
+    """Observations of a full-GPU profile; k processes get a 1/k share of SMs and bandwidth.
+
+    The cross-validation group of a row is its process count. Raises :class:`ConfigError`
+    when a model's single-process batch sweep is too short to fit.
+    """
+    out = {}
+    for model in sorted({p.model for p in points}):
+        pts = [p for p in points if p.model == model]
+        batches = sorted({p.batch for p in pts if p.processes == 1})
+        if len(batches) < MIN_PROFILE_BATCHES:
+            raise ConfigError(path, f"{model}.batch", batches,
+                              f"single-process batch sweep too short to fit: needs >= {MIN_PROFILE_BATCHES} distinct batch sizes")
+        inst = [_profiled_instance(gpu, p.mig_gpcs, path, model) for p in pts]
+        k = np.array([p.processes for p in pts], float)
+        out[model] = Observations(np.array([p.batch for p in pts], float),
+                                  Resources(np.array([i[0] for i in inst]) / k, float(gpu.sm_count), 1.0, np.array([i[1] for i in inst]) / k),
+                                  np.array([p.latency_ms for p in pts]), k.astype(int))
+    return out
+
+
+def _full_gpu_memory(points: list[raw.FullGpuMeasurement]) -> dict[str, dict[str, Any]]:
+    """memory_gib = base + per_sample * batch per model from a reported memory column."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in sorted({p.model for p in points}):
+        pts = [p for p in points if p.model == model and p.memory_gib is not None]
+        if len({p.batch for p in pts}) < 2:
+            continue
+        coef, _ = nnls(np.stack([np.ones(len(pts)), [p.batch for p in pts]], 1), np.array([p.memory_gib for p in pts]))
+        out[model] = {"base_gib": round(float(coef[0]), 4), "gib_per_sample": round(float(coef[1]), 6),
+                      "source": "least squares on the profile's memory_mib column"}
+    return out
+
+
+SLICE_INFERENCE_NOTE = (
+    "Measured on one instance only: every slice and MPS share is predicted by the physics law from the work split "
+    "fitted on the batch sweep and the multi-process rows (k processes = a 1/k share of SMs and bandwidth). Assumed: "
+    "host floor, fixed_gpu_ms and io_ms_per_sample do not contend; the memory-bound fraction is 0 (not identifiable "
+    "from one instance); the p99/mean ratio of a source without a spread column is 1 (unknown). Leave-all-slices-out "
+    "on MIGProfiler (the same procedure with its 7g.80gb rows only) is in rlsched calibrate report.")
+
+
+def fit_full_gpu_profile(path: Path, gpu_name: str, source: str, citation: str, raw_file: str) -> dict[str, Any]:
+    """Calibration document from a full-GPU profile CSV (format: :data:`raw.FULL_GPU_COLUMNS`).
+
+    With rows of >= 2 processes for every model the multi-process spec is fitted and
+    cross-validated leave-one-process-count-out; otherwise the single-process spec (no CV).
+    """
+    gpu = load_gpu(gpu_name)
+    points = raw.read_full_gpu_profile(path)
+    obs = full_gpu_observations(points, gpu, path)
+    multi = all(len(set(o.group.tolist())) > 1 for o in obs.values())
+    spec = FULL_GPU_MULTI_SPEC if multi else FULL_GPU_SINGLE_SPEC
+    params = _fit_each(obs, spec)
+    fitted = {m: latency_ms(params[m], o.batch, o.resources) for m, o in obs.items()}
+    error: dict[str, Any] = {
+        "in_sample_mape_pct": round(mape_pct(np.concatenate(list(fitted.values())), np.concatenate([o.latency_ms for o in obs.values()])), 2),
+        "in_sample_throughput_mape_pct": round(_throughput_mape(np.concatenate(list(fitted.values())), np.concatenate([o.latency_ms for o in obs.values()])), 2),
+        "latency_metric": "mean", "spec": "multi-process" if multi else "single-process"}
+    if multi:
+        cv = cross_validate(obs, lambda train: {m: (lambda o, p=p: latency_ms(p, o.batch, o.resources))
+                                                for m, p in _fit_each(train, spec).items()})
+        error.update({"cv_scheme": "leave-one-process-count-out", "cv_mape_pct": round(cv.pooled_pct, 2),
+                      "cv_per_model_mape_pct": {m: round(v, 2) for m, v in cv.per_model_pct.items()},
+                      "cv_per_held_out_group_mape_pct": {f"{k} processes": round(v, 2) for k, v in cv.per_fold_pct.items()},
+                      "cv_points": cv.n_points})
+    else:
+        error.update({"cv_scheme": "none (one process count: in-sample only)", "cv_mape_pct": error["in_sample_mape_pct"]})
+    models = _models_doc(params, "inference", "mean", _full_gpu_memory(points), error)
+    return {"source": source, "gpu": gpu.name, "citation": citation, "raw_files": {"profile": raw_file},
+            "slice_behaviour": "inferred", "slice_inference": SLICE_INFERENCE_NOTE, "transfer": TRANSFER_NOTE,
+            "inference": models, "training": {}, "fit_error": {"full_gpu": error}}
+
+
+def _fit_each(obs: Mapping[str, Observations], spec: FitSpec) -> dict[str, LatencyParams]:
+    """Fit models one by one when the spec shares nothing (same optimum, far fewer evaluations)."""
+    if spec.shared:
+        return fit_params(obs, spec)
+    return {m: fit_params({m: o}, spec)[m] for m, o in obs.items()}
+
+
+def _throughput_mape(predicted_ms: np.ndarray, measured_ms: np.ndarray) -> float:
+    """MAPE of throughput (batch / latency), %: |measured / predicted - 1|."""
+    return float(100.0 * np.mean(np.abs(np.asarray(measured_ms) / np.asarray(predicted_ms) - 1.0)))
+
+
+PARVAGPU_DIR = "parvagpu-a100-80gb-full"
+
+
+def fit_parvagpu(data_dir: Path) -> dict[str, Any]:
+    """ParvaGPU's full-GPU profile of 11 models on the A100-80GB (7g.80gb, 1-5 processes)."""
+    base = Path(data_dir)
+    path = base / raw.FULL_GPU_PROFILE_FILE if (base / raw.FULL_GPU_PROFILE_FILE).is_file() else base / PARVAGPU_DIR / raw.FULL_GPU_PROFILE_FILE
+    return fit_full_gpu_profile(path, "a100-80gb", "parvagpu",
+                                "MunQ-Lee/ParvaGPU_SC24 commit 5f3de1e (MIT), prof_data/*.csv; PyTorch fp32 in NVIDIA PyTorch 21.11 "
+                                "(TF32 convolutions), mean latency, full A100-80GB only",
+                                f"{PARVAGPU_DIR}/{raw.FULL_GPU_PROFILE_FILE}")
+
+
+def leave_all_slices_out(data_dir: Path, full: str = "7g.80gb") -> dict[str, Any]:
+    """Self-check of slice inference on MIGProfiler's vision rows: fit on ``full`` only.
+
+    The single-process full-GPU spec is fitted on the 7g.80gb rows of resnet50 and vit and
+    predicts every smaller slice; errors are against the measured rows of those slices.
+    """
+    gpu = load_gpu("a100-80gb")
+    obs = slice_observations(raw.read_migprofiler(data_dir)["vision"], gpu)
+    params = fit_params({m: o.subset(o.group == full) for m, o in obs.items()}, FULL_GPU_SINGLE_SPEC)
+    per_model, per_slice, lat_err, tput_err = {}, {}, [], []
+    for m, o in obs.items():
+        test = o.subset(o.group != full)
+        pred = latency_ms(params[m], test.batch, test.resources)
+        per_model[m] = round(_throughput_mape(pred, test.latency_ms), 2)
+        lat_err.append(np.abs(pred / test.latency_ms - 1.0))
+        tput_err.append(np.abs(test.latency_ms / pred - 1.0))
+        for g in sorted(set(test.group.tolist())):
+            per_slice.setdefault(g, []).append(np.abs(test.latency_ms / pred - 1.0)[test.group == g])
+    return {"cv_scheme": f"leave-all-slices-out (fit on {full} only, predict the smaller slices)",
+            "cv_mape_pct": round(float(100 * np.concatenate(tput_err).mean()), 2), "metric": "throughput",
+            "latency_mape_pct": round(float(100 * np.concatenate(lat_err).mean()), 2),
+            "cv_per_model_mape_pct": per_model,
+            "cv_per_held_out_group_mape_pct": {g: round(float(100 * np.concatenate(v).mean()), 2) for g, v in per_slice.items()},
+            "cv_points": int(sum(e.size for e in tput_err))}
+
+
 PROFILE_FILE = "latency.csv"
 
 
 def fit_profile(data_dir: Path, gpu_name: str) -> dict[str, Any]:
-    """Fit what ``rlsched calibrate profile`` measured (MIGProfiler format, P99 ms)."""
+    """Fit what ``rlsched calibrate profile`` measured.
+
+    A ``full_gpu_profile.csv`` in ``data_dir`` (the documented full-GPU format) is fitted by
+    :func:`fit_full_gpu_profile`; otherwise ``latency.csv`` (MIGProfiler format, P99 ms).
+    """
+    full = Path(data_dir) / raw.FULL_GPU_PROFILE_FILE
+    if full.is_file():
+        return fit_full_gpu_profile(full, gpu_name, "profile", f"rlsched calibrate profile output in {data_dir}", raw.FULL_GPU_PROFILE_FILE)
     gpu = load_gpu(gpu_name)
     points = raw.read_slice_csv(Path(data_dir) / PROFILE_FILE)
     obs = slice_observations(points, gpu)
@@ -415,6 +606,8 @@ def fit_source(source: str, data_dir: Path, gpu_name: str | None = None) -> dict
         return fit_igniter(data_dir)
     if source == "miso":
         return fit_miso(data_dir)
+    if source == "parvagpu":
+        return fit_parvagpu(data_dir)
     if source == "profile":
         if gpu_name is None:
             raise ConfigError("--gpu", "gpu", None, "required with --source profile (the catalog GPU the profile ran on)")

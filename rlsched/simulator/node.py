@@ -170,7 +170,7 @@ class NodeSimulator:
         self.interval_s = float(scenario.decision_interval_s)
         known = set(perf_model.models())
         for t in scenario.tenants:
-            if t.model not in known:
+            if t.model.partition("@")[0] not in known:  # MODEL@SOURCE: see rlsched.perfmodel.model
                 raise ValueError(f"scenario {scenario.name}: tenant {t.name} uses model {t.model!r}, unknown to the performance model ({', '.join(sorted(known))})")
         self._curve_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         # Own copies: MMPP and ServeGen processes carry state, and several simulators (e.g.

@@ -219,6 +219,19 @@ def parse_activity(r: _Reader, duration_s: float) -> tuple[tuple[float, float], 
     return tuple(windows)
 
 
+def _model_key(r: _Reader) -> str:
+    """The tenant's model, ``MODEL@SOURCE`` when it names a calibration source (``auto`` or a
+    calibration file's stem, e.g. ``parvagpu-a100-80gb``). Without ``source`` the model keeps
+    the performance model's original choice (sources that measured slices or shares)."""
+    model = r.get("model", str)
+    source = r.get("source", str, None)
+    if source is None:
+        return model
+    if not source or "@" in source or "@" in model:
+        raise ConfigError(r.source, r.path("source"), source, "expected auto or a calibration file's stem, e.g. parvagpu-a100-80gb")
+    return f"{model}@{source}"
+
+
 def parse_tenant(r: _Reader, base_dir: Path, duration_s: float = math.inf) -> Tenant:
     """One tenant entry; ``kind`` is inference, continual-learning or best-effort.
 
@@ -228,10 +241,10 @@ def parse_tenant(r: _Reader, base_dir: Path, duration_s: float = math.inf) -> Te
     name = r.get("name", str)
     active = parse_activity(r, duration_s)
     if kind == "inference":
-        r.unknown(["kind", "name", "model", "slo_ms", "priority", "arrivals", "max_batch", "batch_timeout_ms", "queue_capacity", "restart_s", "accuracy", "tuned_at_mps_pct", "tuning_mismatch_penalty", "active"])
+        r.unknown(["kind", "name", "model", "source", "slo_ms", "priority", "arrivals", "max_batch", "batch_timeout_ms", "queue_capacity", "restart_s", "accuracy", "tuned_at_mps_pct", "tuning_mismatch_penalty", "active"])
         return InferenceTenant(
             name=name,
-            model=r.get("model", str),
+            model=_model_key(r),
             slo_ms=r.number("slo_ms", strict=True),
             arrivals=parse_arrivals(r.sub("arrivals"), base_dir),
             priority=_priority(r, "normal"),
@@ -245,14 +258,14 @@ def parse_tenant(r: _Reader, base_dir: Path, duration_s: float = math.inf) -> Te
             active_windows_s=active,
         )
     if kind == "continual-learning":
-        r.unknown(["kind", "name", "serves", "model", "ekya", "samples_per_unit", "drift_window_s", "units_after_drift", "restart_s", "priority", "active"])
+        r.unknown(["kind", "name", "serves", "model", "source", "ekya", "samples_per_unit", "drift_window_s", "units_after_drift", "restart_s", "priority", "active"])
         ekya = r.sub("ekya")
         ekya.unknown(["b0", "b1", "b2"])
         curve = EkyaCurve(ekya.number("b0", strict=True), ekya.number("b1", strict=True), ekya.number("b2", minimum=-math.inf))
         return ContinualLearningJob(
             name=name,
             serves=r.get("serves", str),
-            model=r.get("model", str),
+            model=_model_key(r),
             curve=curve,
             samples_per_unit=r.number("samples_per_unit", strict=True),
             drift_window_s=r.number("drift_window_s", strict=True),
@@ -261,10 +274,10 @@ def parse_tenant(r: _Reader, base_dir: Path, duration_s: float = math.inf) -> Te
             priority=_priority(r, "low"),
             active_windows_s=active,
         )
-    r.unknown(["kind", "name", "model", "restart_s", "priority", "work_weight", "tuned_at_mps_pct", "tuning_mismatch_penalty", "active"])
+    r.unknown(["kind", "name", "model", "source", "restart_s", "priority", "work_weight", "tuned_at_mps_pct", "tuning_mismatch_penalty", "active"])
     return BestEffortJob(
         name=name,
-        model=r.get("model", str),
+        model=_model_key(r),
         restart_s=r.number("restart_s", 0.0),
         priority=_priority(r, "low"),
         work_weight=r.number("work_weight", 1.0),
