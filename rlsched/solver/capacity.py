@@ -51,12 +51,14 @@ from rlsched.workloads.tenants import InferenceTenant
 #: reads it from here).
 SHARE_STEP_PCT = 2.5
 #: Quantile of the Poisson arrivals during one batch window that the next batch must hold
-#: (:func:`request_p99_ms`); above the 0.99 the SLO asks for, for the service-time jitter.
-ARRIVAL_QUANTILE = 0.999
+#: (:func:`request_p99_ms`). The bound also charges a whole window of wait and the p99
+#: batch time to every request, which kept every replayed plan at >= 0.99 attainment
+#: (scripts/bench_plan.py); 0.999 doubled the predicted p99 over the simulated one.
+ARRIVAL_QUANTILE = 0.9
 #: The batcher's timeout a planned service gets (the tenant default: one source).
 BATCH_TIMEOUT_MS: float = InferenceTenant.__dataclass_fields__["batch_timeout_ms"].default
 #: Column generation stops after this many seconds (the integer master still runs).
-COLUMN_GENERATION_BUDGET_S = 4.0
+COLUMN_GENERATION_BUDGET_S = 2.0
 #: HiGHS options of the integer master (the GPU count is integral; the time limit guards).
 MASTER_OPTIONS: dict[str, object] = {"presolve": "on", "mip_rel_gap": 1e-4, "time_limit": 10.0}
 #: HiGHS options of a pricing MILP.
@@ -276,8 +278,10 @@ class OptionTable:
         return self._curves[key]
 
     def min_latency_ms(self, model: str) -> float:
-        """A request's least possible latency: p99 of a batch of 1 on the largest instance."""
-        return float(self.curves(model, self.profiles[-1], 100.0)[1][0])
+        """A request's least possible p99 latency: :func:`request_p99_ms` on the largest
+        instance, alone, at a vanishing rate (the batcher's timeout plus a batch of 1)."""
+        m0, p0, _, _ = self.curves(model, self.profiles[-1], 100.0)
+        return request_p99_ms(m0, p0, 1e-9)
 
     def options(self, index: int, spec: ServiceSpec) -> list[ServiceOption]:
         """The service's non-dominated options: per profile, the least share that meets the
@@ -332,7 +336,7 @@ def check_services(services: Sequence[ServiceSpec], table: OptionTable, source: 
         least = table.min_latency_ms(s.model)
         if s.slo_ms < least:
             raise ConfigError(source, f"{s.name}.slo_ms", s.slo_ms,
-                              f"below {s.model}'s least latency on {table.gpu.name} ({least:.2f} ms p99, batch 1 on the largest instance)")
+                              f"below {s.model}'s least latency on {table.gpu.name} ({least:.2f} ms p99: batch 1 alone on the largest instance, after the batcher's {BATCH_TIMEOUT_MS:g} ms timeout)")
 
 
 # ---------------------------------------------------------------------------- patterns
@@ -518,7 +522,7 @@ def max_rate_rps(table: OptionTable, model: str, slo_ms: float) -> float:
     :func:`request_p99_ms` (0 when even a lone request misses it), requests/s."""
     m0, p0, _, _ = table.curves(model, table.profiles[-1], 100.0)
     lo, hi = 0.0, 1e6
-    if request_p99_ms(m0, p0, 1e-9) > slo_ms:
+    if table.min_latency_ms(model) > slo_ms:
         return 0.0
     for _ in range(50):
         mid = (lo + hi) / 2
