@@ -55,6 +55,7 @@ class Igniter(Policy):
     def reset(self, env: GpuShareEnv) -> None:
         self.table = LatencyTable(env)
         self.profile = whole_device_profile(env.scenario.gpu)
+        self.greedy = IgniterGreedy(lambda model, batch, share, colocated: self.table.mean_ms(model, batch, self.profile, share, SharingMode.MPS, colocated))
         rates = {t.name: t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()}
         self.configuration = self.provision(env, rates)
 
@@ -62,11 +63,14 @@ class Igniter(Policy):
         return self.configuration
 
     # ------------------------------------------------------------------ provisioning
+    def alone(self, t: InferenceTenant, rate_rps: float) -> tuple[int, float]:
+        """(batch, least share %) for one tenant alone on a whole GPU (:meth:`IgniterGreedy.alone`)."""
+        return self.greedy.alone(t, rate_rps)
+
     def provision(self, env: GpuShareEnv, rates: dict[str, float]) -> Configuration:
         """The configuration for the measured rates."""
         tenants = {t.name: t for t in env.scenario.inference_tenants()}
-        greedy = IgniterGreedy(lambda model, batch, share, colocated: self.table.mean_ms(model, batch, self.profile, share, SharingMode.MPS, colocated))
-        gpus = greedy.place(tenants, rates, env.scenario.gpu_count)
+        gpus = self.greedy.place(tenants, rates, env.scenario.gpu_count)
         background = [t for t in env.scenario.tenants if not isinstance(t, InferenceTenant)]
         extra: list[list[tuple[str, float, int]]] = [[] for _ in gpus]
         for t in background:
