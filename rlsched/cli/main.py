@@ -296,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_probe)
 
+    from rlsched.cli.plan import register as register_plan
+    register_plan(sub)
+
     from rlsched.daemon.commands import register as register_daemon
     register_daemon(sub)
     return parser

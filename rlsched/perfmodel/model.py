@@ -187,6 +187,11 @@ class PerformanceModel:
             return float(min(1.0, used / lat[0]))
         return float(self._interference["default_l2_util_when_busy"] * busy[0] / lat[0])
 
+    def _under_pressure(self, latency_ms: np.ndarray, busy_ms: np.ndarray, l2_pressure: float) -> np.ndarray:
+        """MPS interference (iGniter's L2 form): the victim's latency grows with its GPU busy
+        time times the summed L2 utilisation of its co-runners."""
+        return latency_ms + float(self._interference["l2_sensitivity"]) * busy_ms * l2_pressure
+
     def _busy_fraction(self, kind: str, gpu: GpuSpec, runner: CoRunner, profile: str | None, compute_slices: int | None) -> float:
         lat, busy, _ = self._solo(kind, gpu, runner.model, np.array([float(runner.batch)]), profile, compute_slices, 1.0)
         return float(min(1.0, busy[0] / lat[0]))
@@ -209,7 +214,7 @@ class PerformanceModel:
             lat, busy, mc = self._solo(kind, gpu, model, batch, profile, compute_slices, mps_pct / 100 * scale)
             pressure = sum(self._l2_util(self._runner_kind(kind, r.model), gpu, r, profile, compute_slices,
                                          r.mps_pct / 100 * scale) for r in colocated)
-            lat = lat + float(self._interference["l2_sensitivity"]) * busy * pressure
+            lat = self._under_pressure(lat, busy, pressure)
         elif mode == SharingMode.TIME_SLICE:
             lat, busy, mc = self._solo(kind, gpu, model, batch, profile, compute_slices, 1.0)
             ts = self._sharing["time_slice"]
@@ -223,6 +228,11 @@ class PerformanceModel:
             else:
                 others = sum(self._busy_fraction(self._runner_kind(kind, r.model), gpu, r, profile, compute_slices) for r in colocated)
                 lat = lat / max(float(pf["min_idle_frac"]), 1.0 - others)
+        return self._mean_and_p99(lat, mc)
+
+    @staticmethod
+    def _mean_and_p99(lat: np.ndarray, mc: cal.ModelCalibration) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, p99) read-only curves from a latency curve in the source's metric."""
         # Work grows with batch; where the smooth fitted form dips at tiny batches (wave
         # under-fill), a batch is never reported faster than a smaller one.
         lat = np.maximum.accumulate(lat)
@@ -261,6 +271,30 @@ class PerformanceModel:
         capacity = spec.profiles[profile].memory_gib if profile is not None else spec.memory_gib
         total = memory + sum(self.memory_gib(gpu, r.model, r.batch) for r in colocated)
         return Prediction(float(mean[-1]), float(p99[-1]), float(batch * 1000.0 / mean[-1]), memory, bool(total <= capacity))
+
+    def inference_models(self) -> list[str]:
+        """The model names with an inference calibration (what a service can run)."""
+        return sorted(name for kind, name in self._by_name if kind == "inference")
+
+    def l2_pressure(self, gpu: str, model: str, batch: int, profile: str | None = None, mps_pct: float = 100.0,
+                    compute_slices: int | None = None) -> float:
+        """The L2 utilisation an inference tenant puts on its MPS co-runners (what
+        :meth:`latency_curve_ms` sums over ``colocated``), for shares summing to <= 100%."""
+        if not 0 < mps_pct <= 100:
+            raise ConfigError("--mps-pct", "mps_pct", mps_pct, "must be in (0, 100]")
+        return self._l2_util("inference", load_gpu(gpu), CoRunner(model, int(batch), float(mps_pct)), profile, compute_slices, mps_pct / 100)
+
+    def latency_curve_ms_under_pressure(self, gpu: str, model: str, max_batch: int, profile: str | None, mps_pct: float,
+                                        l2_pressure: float, compute_slices: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(mean_ms, p99_ms) for batch sizes 1..max_batch of an inference tenant under MPS
+        whose co-runners put ``l2_pressure`` (the sum of their :meth:`l2_pressure`) on it:
+        equal to :meth:`latency_curve_ms` with those co-runners when the shares sum to <= 100%."""
+        if not 0 < mps_pct <= 100:
+            raise ConfigError("--mps-pct", "mps_pct", mps_pct, "must be in (0, 100]")
+        spec = load_gpu(gpu)
+        batch = np.arange(1, int(max_batch) + 1, dtype=float)
+        lat, busy, mc = self._solo("inference", spec, model, batch, profile, compute_slices, mps_pct / 100)
+        return self._mean_and_p99(self._under_pressure(lat, busy, float(l2_pressure)), mc)
 
     def memory_gib(self, gpu: str, model: str, batch: int, kind: str = "inference") -> float:
         """Device memory of the model at this batch, GiB (framework + weights + activations)."""

@@ -9,7 +9,7 @@ that the same model always gives the same solution.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import highspy
 import numpy as np
@@ -43,12 +43,15 @@ class MilpSolution:
     :param values: column values (empty when infeasible)
     :param objective: objective value including the constant offset (nan when infeasible)
     :param optimal: True when HiGHS proved optimality (within the fixed gaps)
+    :param row_duals: dual values of the rows of an LP (no integer column) solved to
+        optimality, HiGHS's sign convention (reduced cost = cost - A^T duals); empty otherwise
     """
 
     status: str
     values: np.ndarray
     objective: float
     optimal: bool
+    row_duals: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     @property
     def feasible(self) -> bool:
@@ -142,8 +145,11 @@ class Milp:
         if model_status == highspy.HighsModelStatus.kOptimal or (
             model_status == highspy.HighsModelStatus.kTimeLimit and has_solution
         ):
-            values = np.asarray(highs.getSolution().col_value, dtype=np.float64)
-            return MilpSolution(name, values, float(highs.getInfo().objective_function_value), model_status == highspy.HighsModelStatus.kOptimal)
+            solution = highs.getSolution()
+            values = np.asarray(solution.col_value, dtype=np.float64)
+            optimal = model_status == highspy.HighsModelStatus.kOptimal
+            duals = np.asarray(solution.row_dual, dtype=np.float64) if optimal and not any(self._integer) and solution.dual_valid else np.empty(0)
+            return MilpSolution(name, values, float(highs.getInfo().objective_function_value), optimal, duals)
         raise SolverError(
             f"HiGHS returned model status {name} (run status {run_status.name}) for a model of "
             f"{self.num_columns} columns and {self.num_rows} rows"
