@@ -14,6 +14,7 @@ episode runs, with the suite file, the field and the value.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def load_suite(name_or_path: str | Path) -> Suite:
     for i, entry in enumerate(entries):
         if not isinstance(entry, str) or not entry:
             raise ConfigError(path, f"scenarios[{i}]", entry, "expected a scenario file path or a bundled scenario name")
-        relative = path.parent / entry
+        relative = Path(os.path.normpath(path.parent / entry))
         file = relative if relative.suffix in (".yaml", ".yml") else scenario_path(entry)
         if not file.is_file():
             raise ConfigError(path, f"scenarios[{i}]", entry, f"no such scenario file or bundled scenario ({file})")
