@@ -130,3 +130,19 @@ def test_oracle_reports_the_planner_with_true_rates_and_beats_every_policy_on_a_
     report = result["reports"]["oracle"][0]
     assert set(report) >= {"planner_objective", "portfolio_objective", "planner_won"}
     assert goodput["oracle"] == pytest.approx(max(report["planner_objective"], report["portfolio_objective"]))
+
+
+def test_make_before_break_prices_a_staged_share_change_by_the_gain_forgone(default_env, planner):
+    import dataclasses
+
+    reference = default_env.scenario.reference
+    placements = dict(reference.placements)
+    placements["resnet"] = dataclasses.replace(placements["resnet"], mps_pct=50.0)
+    halved = dataclasses.replace(reference, placements=placements)
+    rates = RATES[0]
+    # The new client starts next to the old one in resnet's 2g (memory holds both): no
+    # downtime, and a change worth less than the running option forgoes nothing.
+    assert planner.can_stage("resnet", reference, 0, reference.layouts[0].instances[0], planner.memory_gib("resnet", 16))
+    assert planner.evaluate(halved, rates, reference)[1] == 0.0
+    restart = Planner(dataclasses.replace(default_env.scenario, make_before_break=False), planner.perf, planner.memory_gib)
+    assert restart.evaluate(halved, rates, reference)[1] > 0.0
