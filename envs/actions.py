@@ -151,7 +151,7 @@ class ActionCodec:
                 mps_pct=share,
                 batch_size=batch,
             )
-        return DecodedAction(RepairProblem((self.scenario.gpu,) * self.scenario.gpu_count, requests), clamped)
+        return DecodedAction(RepairProblem((self.scenario.gpu,) * self.scenario.gpu_count, requests, make_before_break=self.scenario.make_before_break), clamped)
 
     def with_smallest_batches(self, problem: RepairProblem) -> RepairProblem:
         """The same requests at batch 1 (least memory): the fallback when memory cannot be packed."""
@@ -159,7 +159,7 @@ class ActionCodec:
             name: TenantRequest(r.compute_slices, self.memory_gib(name, 1), r.preferred_gpu, r.mode, r.mps_pct, 1)
             for name, r in problem.tenants.items()
         }
-        return RepairProblem(problem.gpus, requests, problem.variants, problem.driver_major)
+        return RepairProblem(problem.gpus, requests, problem.variants, problem.driver_major, problem.make_before_break)
 
     # ------------------------------------------------------------------ encode
     def encode(self, config: Configuration) -> np.ndarray:

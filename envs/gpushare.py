@@ -151,7 +151,8 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         missing = [n for n in self.tenant_names if n not in requests]
         if missing:
             raise ConfigError("policy output", "requests", missing[0], "every tenant needs a request")
-        return self._repair(RepairProblem((self.scenario.gpu,) * self.scenario.gpu_count, {n: requests[n] for n in self.tenant_names}))
+        return self._repair(RepairProblem((self.scenario.gpu,) * self.scenario.gpu_count, {n: requests[n] for n in self.tenant_names},
+                                          make_before_break=self.scenario.make_before_break))
 
     def step_configuration(self, configuration: Configuration) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Like :meth:`step`, for a policy that asks for an exact configuration (a baseline).

@@ -156,3 +156,44 @@ def test_change_plan_keeps_untouched_instances_running():
     assert [gi.spec() for gi in plan.destroyed] == ["2g.10gb@4"]
     assert [gi.spec() for gi in plan.created] == ["1g.5gb@4", "1g.5gb@5"]
     assert plan.estimated_s == pytest.approx(0.20 + 2 * 0.16)
+
+
+def test_staged_change_plan_creates_on_free_slices_before_it_breaks_anything():
+    from rlsched.hardware import staged_change_plan
+
+    old, new = parse_layout("3g@0,2g@4", "a100-40gb"), parse_layout("3g@0,1g@4,1g@5,1g@6", "a100-40gb")
+    two_g, one_g6, one_g5 = GpuInstance(4, "2g.10gb"), GpuInstance(6, "1g.5gb"), GpuInstance(5, "1g.5gb")
+    # The 2g's tenant moves to 1g@6 (free slice): create it, switch, then destroy the 2g.
+    plan = staged_change_plan(old, new, {two_g: {one_g6}})
+    assert [(op.kind, op.instance.spec()) for op in plan.operations] == [
+        ("create", "1g.5gb@6"), ("destroy", "2g.10gb@4"), ("create", "1g.5gb@4"), ("create", "1g.5gb@5")]
+    assert plan.broken == () and plan.estimated_s == pytest.approx(change_plan(old, new).estimated_s)
+    # Moving to 1g@5 (inside the 2g) cannot be staged: the 2g is broken first.
+    assert staged_change_plan(old, new, {two_g: {one_g5}}).broken == (two_g,)
+    # An empty GI goes first, and nothing is broken for it.
+    assert staged_change_plan(old, new, {}).operations[0].kind == "destroy" and staged_change_plan(old, new, {}).broken == ()
+
+
+_A100_LAYOUTS = enumerate_layouts("a100-40gb")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(_A100_LAYOUTS), st.sampled_from(_A100_LAYOUTS), st.randoms(use_true_random=False))
+def test_every_moment_of_a_staged_plan_is_a_valid_layout(old, new, rnd):
+    from rlsched.hardware import staged_change_plan
+
+    plan = change_plan(old, new)
+    moves = {o: {rnd.choice(new.instances)} for o in plan.destroyed if rnd.random() < 0.7}
+    staged = staged_change_plan(old, new, moves)
+    assert sorted(staged.created) == sorted(plan.created) and sorted(staged.destroyed) == sorted(plan.destroyed)
+    live = set(old.instances)
+    for op in staged.operations:
+        if op.kind == "create":
+            live.add(op.instance)
+            assert layout_violation(Layout(old.gpu, tuple(live))) is None, staged
+        else:
+            live.remove(op.instance)
+            # Unbroken destroys come after every GI their tenants move into.
+            if not op.breaks and op.instance in moves:
+                assert moves[op.instance] <= live
+    assert live == set(new.instances)

@@ -133,3 +133,19 @@ def test_hindsight_reports_its_best_seed_and_beats_every_policy_on_a_short_episo
     assert goodput["hindsight"] == pytest.approx(max(report["best_seed_objective"], report["search_objective"]), rel=1e-12)
     assert report["best_seed_objective"] == pytest.approx(max(g for name, g in goodput.items() if name != "hindsight"), rel=1e-12) or \
         report["best_seed_objective"] > max(g for name, g in goodput.items() if name != "hindsight")
+
+
+def test_make_before_break_prices_a_staged_share_change_by_the_gain_forgone(default_env, planner):
+    import dataclasses
+
+    reference = default_env.scenario.reference
+    placements = dict(reference.placements)
+    placements["resnet"] = dataclasses.replace(placements["resnet"], mps_pct=50.0)
+    halved = dataclasses.replace(reference, placements=placements)
+    rates = RATES[0]
+    # The new client starts next to the old one in resnet's 2g (memory holds both): no
+    # downtime, and a change worth less than the running option forgoes nothing.
+    assert planner.can_stage("resnet", reference, 0, reference.layouts[0].instances[0], planner.memory_gib("resnet", 16))
+    assert planner.evaluate(halved, rates, reference)[1] == 0.0
+    restart = Planner(dataclasses.replace(default_env.scenario, make_before_break=False), planner.perf, planner.memory_gib)
+    assert restart.evaluate(halved, rates, reference)[1] > 0.0

@@ -91,6 +91,18 @@ def test_bad_scenario_names_file_field_and_value(tmp_path, old, new, field, valu
     assert str(path) in str(info.value)
 
 
+def test_make_before_break_is_on_by_default_and_switchable(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(GOOD)
+    assert load_scenario(path).make_before_break is True
+    path.write_text(GOOD + "reconfiguration: {make_before_break: false}\n")
+    assert load_scenario(path).make_before_break is False
+    path.write_text(GOOD + "reconfiguration: {make_before_break: maybe}\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    assert (info.value.field, info.value.value) == ("reconfiguration.make_before_break", "maybe")
+
+
 def test_bad_reference_layout_is_reported(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(GOOD + 'reference: {layouts: ["2g@6"], placements: {a: {instance: 0}}}\n')

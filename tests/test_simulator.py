@@ -28,8 +28,8 @@ def config(layout: str, placements: dict, modes=None) -> Configuration:
     return Configuration((lay,), (tuple(modes or [SharingMode.MPS] * len(lay)),), placements)
 
 
-def scenario(tenants, duration_s=100.0, interval_s=10.0, jitter=False, gpu_count=1) -> Scenario:
-    return Scenario("test", GPU, gpu_count, duration_s, interval_s, tenants, service_jitter=jitter)
+def scenario(tenants, duration_s=100.0, interval_s=10.0, jitter=False, gpu_count=1, mbb=True) -> Scenario:
+    return Scenario("test", GPU, gpu_count, duration_s, interval_s, tenants, service_jitter=jitter, make_before_break=mbb)
 
 
 def check_conservation(sim: NodeSimulator, result, before: dict) -> None:
@@ -133,15 +133,20 @@ def test_conservation_every_step_through_reconfigurations_and_drops():
         assert entry["arrived"] == entry["completed"] + entry["dropped"] + entry["queued_at_end"]
 
 
-def test_layout_change_costs_gi_time_plus_restart_and_requests_keep_queueing():
-    tenants = four_tenants()
-    sim = NodeSimulator(scenario(tenants), FakePerformanceModel(), seed=2)
+def _merge_two_2g_into_a_4g(mbb: bool):
+    """(simulator, step result) of t0 (2g@0) and t1 (2g@2) moving into a new 4g@0."""
+    sim = NodeSimulator(scenario(four_tenants(), mbb=mbb), FakePerformanceModel(), seed=2)
     start = config(LAYOUT, spread())
     sim.reset(2, configuration=start)
     sim.step(start)
-    # Merge the first two 2g instances into a 4g: t0 and t1 move; t2 and t3 keep their instances.
     new = config("4g@0,2g@4,1g@6", {"t0": TenantPlacement(0, 0, 50, 8), "t1": TenantPlacement(0, 0, 50, 8), "t2": TenantPlacement(0, 1, 100, 8), "t3": TenantPlacement(0, 2, 100, 8)})
-    result = sim.step(new)
+    return sim, sim.step(new)
+
+
+def test_layout_change_costs_gi_time_plus_restart_and_requests_keep_queueing():
+    tenants = four_tenants()
+    # Merge the first two 2g instances into a 4g: t0 and t1 move; t2 and t3 keep their instances.
+    sim, result = _merge_two_2g_into_a_4g(mbb=False)
     spec = load_gpu(GPU)
     gi_s = 2 * spec.profiles["2g.10gb"].destroy_s + spec.profiles["4g.20gb"].create_s
     assert result.gpu_reconfiguration_s[0] == pytest.approx(gi_s)
@@ -153,11 +158,80 @@ def test_layout_change_costs_gi_time_plus_restart_and_requests_keep_queueing():
     for name in ("t2", "t3"):
         assert not result.tenants[name].restarted and result.tenants[name].downtime_s == 0
     # A tenant down for the whole interval only queues.
-    sim2 = NodeSimulator(scenario([dataclasses.replace(tenants[0], restart_s=25.0)]), FakePerformanceModel(), seed=2)
+    sim2 = NodeSimulator(scenario([dataclasses.replace(tenants[0], restart_s=25.0)], mbb=False), FakePerformanceModel(), seed=2)
     a = config("7g@0", {"t0": TenantPlacement(0, 0, 100, 8)})
     sim2.reset(2, configuration=a)
     down = sim2.step(config("7g@0", {"t0": TenantPlacement(0, 0, 50, 8)})).tenants["t0"]  # MPS share change: restart
     assert down.restarted and down.completed == 0 and down.queued_at_end == down.arrived
+
+
+def test_make_before_break_new_gi_on_free_slices_costs_no_downtime():
+    # t0..t2 in 2g GIs, slices 6-7 free: t2 moves to a new 1g@6 while its 2g@4 keeps serving.
+    tenants = four_tenants()[:3]
+    spec = load_gpu(GPU)
+    start = config("2g@0,2g@2,2g@4", {f"t{i}": TenantPlacement(0, i, 100, 8) for i in range(3)})
+    new = config("2g@0,2g@2,1g@6", {"t0": TenantPlacement(0, 0, 100, 8), "t1": TenantPlacement(0, 1, 100, 8), "t2": TenantPlacement(0, 2, 100, 8)})
+    results = {}
+    for mbb in (True, False):
+        sim = NodeSimulator(scenario(tenants, mbb=mbb), FakePerformanceModel(), seed=5)
+        sim.reset(5, configuration=start)
+        sim.step(start)
+        results[mbb] = sim.step(new)
+    (change,) = results[True].changes
+    ready_s = spec.profiles["1g.5gb"].create_s + 3.0
+    assert (change.tenant, change.kind, change.mechanism) == ("t2", "move", "make-before-break")
+    assert change.downtime_s == 0.0 and change.old_served_s == pytest.approx(ready_s)
+    assert results[True].tenants["t2"].downtime_s == 0.0 and results[True].tenants["t2"].restarted
+    # Without make-before-break the same change stops t2 for the GI time plus its restart.
+    (full,) = results[False].changes
+    gi_s = spec.profiles["2g.10gb"].destroy_s + spec.profiles["1g.5gb"].create_s
+    assert (full.mechanism, full.old_served_s) == ("full-restart", 0.0) and full.downtime_s == pytest.approx(gi_s + 3.0)
+    # Staged, t2 serves the whole interval; restarted, it loses ~3.4 s of it.
+    assert results[True].tenants["t2"].utilization > results[False].tenants["t2"].utilization
+    assert results[True].tenants["t2"].queued_at_end < results[False].tenants["t2"].queued_at_end
+
+
+def test_staged_plan_destroys_the_gi_of_a_leaving_tenant_first():
+    # A best-effort job leaves its 4g@0; t0 moves from 3g@4 into a new 2g@0 on the freed slices.
+    t0 = four_tenants()[0]
+    job = BestEffortJob("be", "toy-b", restart_s=2.0)
+    spec = load_gpu(GPU)
+    sim = NodeSimulator(scenario([t0, job]), FakePerformanceModel(), seed=6)
+    start = config("4g@0,3g@4", {"be": TenantPlacement(0, 0, 100, 8), "t0": TenantPlacement(0, 1, 100, 8)})
+    sim.reset(6, configuration=start)
+    sim.step(start)
+    result = sim.step(config("2g@0,2g@2,3g@4", {"t0": TenantPlacement(0, 0, 100, 8)}))
+    (change,) = result.changes
+    assert (change.tenant, change.mechanism, change.downtime_s) == ("t0", "make-before-break", 0.0)
+    assert change.old_served_s == pytest.approx(spec.profiles["4g.20gb"].destroy_s + spec.profiles["2g.10gb"].create_s + 3.0)
+
+
+def test_staged_plan_that_must_break_charges_only_the_wait_of_each_tenant():
+    # Merging 2g@0 + 2g@2 into 4g@0 needs both slices: the tenants stop one destroy apart.
+    sim, result = _merge_two_2g_into_a_4g(mbb=True)
+    spec = load_gpu(GPU)
+    destroy, create = spec.profiles["2g.10gb"].destroy_s, spec.profiles["4g.20gb"].create_s
+    records = {c.tenant: c for c in result.changes}
+    assert set(records) == {"t0", "t1"} and {c.mechanism for c in records.values()} == {"ordered-restart"}
+    assert records["t0"].downtime_s == pytest.approx(2 * destroy + create + 3.0)  # stopped first
+    assert records["t1"].downtime_s == pytest.approx(destroy + create + 3.0)
+    assert records["t1"].old_served_s == pytest.approx(destroy)
+    assert result.tenants["t0"].downtime_s == records["t0"].downtime_s
+    assert sim.summary()["t0"]["changes"] == 1 and sim.summary()["t0"]["staged_changes"] == 0
+
+
+@pytest.mark.parametrize("memory_gib, downtime_s", [(2.0, 0.0), (3.0, 3.0)])
+def test_share_change_starts_the_new_client_next_to_the_old_one_when_memory_holds_both(memory_gib, downtime_s):
+    # 1g.5gb holds 5 GiB: two clients of 2.08 GiB fit, two of 3.08 GiB do not.
+    sim = NodeSimulator(scenario(four_tenants()), FakePerformanceModel(memory_gib_per_model=memory_gib), seed=3)
+    base = config(LAYOUT, spread())
+    sim.reset(3, configuration=base)
+    sim.step(base)
+    placements = spread()
+    placements["t3"] = TenantPlacement(0, 3, 60.0, 8)
+    (change,) = sim.step(config(LAYOUT, placements)).changes
+    assert (change.tenant, change.kind) == ("t3", "share")
+    assert change.downtime_s == downtime_s and change.old_served_s == (3.0 if downtime_s == 0 else 0.0)
 
 
 def test_mps_share_change_restarts_batch_change_does_not():

@@ -307,3 +307,26 @@ def test_local_search_assignment_fits_memory_and_no_move_or_swap_improves_it(see
     for other in neighbours:
         if fits(other):
             assert _assignment_objective(other, cost, compute, capacity, 1.0) >= value - 1e-9
+
+
+def test_a_move_the_hardware_can_stage_is_priced_as_a_staged_move():
+    import dataclasses
+
+    from rlsched.solver.repair import repair_terms
+
+    def cfg(spec, placements):
+        layout = parse_layout(spec, "a100-40gb")
+        return Configuration((layout,), ((SharingMode.MPS,) * len(layout),), placements)
+
+    current = cfg("3g@0,2g@4", {"a": TenantPlacement(0, 0), "b": TenantPlacement(0, 1)})
+    to_free_slice = cfg("3g@0,2g@4,1g@6", {"a": TenantPlacement(0, 0), "b": TenantPlacement(0, 2)})
+    into_own_slices = cfg("3g@0,1g@4,1g@5,1g@6", {"a": TenantPlacement(0, 0), "b": TenantPlacement(0, 1)})
+    problem = RepairProblem(("a100-40gb",), {"a": TenantRequest(3.0, 1.0), "b": TenantRequest(1.0, 1.0)}, make_before_break=True)
+    staged = repair_terms(to_free_slice, problem, current)
+    assert (staged.staged_moves, staged.moved_tenants) == (1, 0)
+    assert (repair_terms(into_own_slices, problem, current).moved_tenants, repair_terms(into_own_slices, problem, current).staged_moves) == (1, 0)
+    full = repair_terms(to_free_slice, dataclasses.replace(problem, make_before_break=False), current)
+    assert (full.staged_moves, full.moved_tenants) == (0, 1)
+    w = RepairWeights()
+    assert staged.reconfiguration_cost(w) == pytest.approx(full.reconfiguration_cost(w) - w.moved_tenant + w.staged_move)
+    assert staged.reconfiguration_cost(w) < full.reconfiguration_cost(w)

@@ -243,3 +243,116 @@ def change_plan(old: Layout, new: Layout) -> ChangePlan:
     created = tuple(sorted(new_set - old_set))
     seconds = sum(gpu.profiles[gi.profile].destroy_s for gi in destroyed) + sum(gpu.profiles[gi.profile].create_s for gi in created)
     return ChangePlan(tuple(sorted(old_set & new_set)), destroyed, created, seconds)
+
+
+@dataclass(frozen=True)
+class StagedOperation:
+    """One GI operation of a :class:`StagedChangePlan`, in execution order.
+
+    :param kind: ``create`` or ``destroy``
+    :param instance: the GI
+    :param breaks: (destroy only) the GI is destroyed before every GI its tenants move into
+        exists: its tenants stop before their new instance is ready and pay a restart
+    """
+
+    kind: str
+    instance: GpuInstance
+    breaks: bool = False
+
+
+@dataclass(frozen=True)
+class StagedChangePlan:
+    """The minimal change plan ordered for make-before-break (MIGRator's pre-initialisation).
+
+    A GI is created as soon as it fits next to the GIs that still exist (the hardware's
+    placement, count and compute-slice rules, :func:`layout_violation`), so that the
+    tenants moving into it start there while their old instance keeps serving; an old GI is
+    destroyed once every GI its tenants move into exists (they switch, then it goes). When
+    no creation fits, the cheapest old GI whose destruction unblocks one is destroyed first
+    (``breaks``): only its tenants pay a restart.
+
+    :param operations: creates and destroys in execution order
+    :param broken: old GIs destroyed before their tenants' new GIs existed
+    :param estimated_s: catalog destroy + create seconds (the same operations as :func:`change_plan`)
+    """
+
+    operations: tuple[StagedOperation, ...]
+    broken: tuple[GpuInstance, ...]
+    estimated_s: float
+
+    @property
+    def created(self) -> tuple[GpuInstance, ...]:
+        """The GIs created, in execution order."""
+        return tuple(op.instance for op in self.operations if op.kind == "create")
+
+    @property
+    def destroyed(self) -> tuple[GpuInstance, ...]:
+        """The GIs destroyed, in execution order."""
+        return tuple(op.instance for op in self.operations if op.kind == "destroy")
+
+
+def fits_alongside(live: tuple[GpuInstance, ...] | list[GpuInstance], gi: GpuInstance, gpu: GpuSpec | str) -> bool:
+    """True when ``gi`` can be created while the GIs ``live`` exist (free memory slices at
+    its start slot, count and compute slices left)."""
+    spec = _spec_of(gpu)
+    return layout_violation(Layout(spec.name, tuple(live) + (gi,)), spec) is None
+
+
+def staged_change_plan(
+    old: Layout,
+    new: Layout,
+    moves_to: dict[GpuInstance, set[GpuInstance] | frozenset[GpuInstance]] | None = None,
+    break_cost: dict[GpuInstance, float] | None = None,
+) -> StagedChangePlan:
+    """Order :func:`change_plan`'s operations from ``old`` to ``new`` to keep tenants serving.
+
+    :param moves_to: per old GI that holds tenants, the new GIs they move into (kept or
+        created; a GI absent from the mapping holds no tenant and is destroyed first). None:
+        the tenants are unknown; every destroyed GI is taken as occupied and destroyed only
+        once nothing more can be created before it (create first, then destroy).
+    :param break_cost: per old GI, the cost of stopping its tenants before their new
+        instance is ready (default 1 each): the cheapest blocking GI is broken first
+    """
+    plan = change_plan(old, new)
+    gpu = load_gpu(new.gpu)
+    live = list(old.instances)
+    pending_create = list(plan.created)
+    pending_destroy = list(plan.destroyed)
+    occupied = {o: (moves_to is None or o in moves_to) for o in pending_destroy}
+    waits = {o: set((moves_to or {}).get(o, ())) & set(plan.created) for o in pending_destroy}
+    operations: list[StagedOperation] = []
+    broken: list[GpuInstance] = []
+
+    def destroy(o: GpuInstance, breaks: bool) -> None:
+        live.remove(o)
+        pending_destroy.remove(o)
+        operations.append(StagedOperation("destroy", o, breaks))
+        if breaks:
+            broken.append(o)
+
+    for o in [o for o in pending_destroy if not occupied[o]]:  # empty GIs go first
+        destroy(o, False)
+    while pending_create or pending_destroy:
+        progress = False
+        for n in list(pending_create):
+            if fits_alongside(live, n, gpu):
+                live.append(n)
+                pending_create.remove(n)
+                operations.append(StagedOperation("create", n))
+                progress = True
+        created = {op.instance for op in operations if op.kind == "create"}
+        for o in list(pending_destroy):
+            if waits[o] <= created and (moves_to is not None or not pending_create):
+                destroy(o, False)
+                progress = True
+        if progress:
+            continue
+        # Nothing fits: break the cheapest old GI whose destruction lets a creation through.
+        def unblocks(o: GpuInstance) -> bool:
+            rest = [gi for gi in live if gi != o]
+            return any(fits_alongside(rest, n, gpu) for n in pending_create)
+
+        choices = [o for o in pending_destroy if unblocks(o)] or list(pending_destroy)
+        costs = break_cost or {}
+        destroy(min(choices, key=lambda o: (costs.get(o, 1.0), o)), True)
+    return StagedChangePlan(tuple(operations), tuple(broken), plan.estimated_s)

@@ -45,7 +45,7 @@ import numpy as np
 
 from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.goodput import GoodputTerms, goodput_terms
-from rlsched.hardware import GpuInstance, change_plan, load_gpu
+from rlsched.hardware import GpuInstance, change_plan, load_gpu, staged_change_plan
 from rlsched.simulator import queueing as q
 from rlsched.simulator.perf import CoRunner, PerformanceModelLike
 from rlsched.workloads.arrivals import ArrivalProcess
@@ -96,6 +96,29 @@ class TenantStepStats:
     terms: GoodputTerms = field(default_factory=GoodputTerms)
 
 
+@dataclass(frozen=True)
+class ChangeRecord:
+    """One tenant's reconfiguration and the downtime it actually paid.
+
+    :param t_s: simulated time of the decision that changed it, seconds
+    :param tenant: tenant name
+    :param kind: ``move`` (another or a new GI), ``share`` (MPS share), ``mode`` (sharing
+        mode) or ``start`` (newly placed)
+    :param mechanism: ``make-before-break`` (new server ready before the old one stopped),
+        ``ordered-restart`` (staged plan, but this tenant had to stop first),
+        ``full-restart`` (make-before-break off) or ``start``
+    :param downtime_s: seconds without a serving instance
+    :param old_served_s: seconds the old instance kept serving after the change began
+    """
+
+    t_s: float
+    tenant: str
+    kind: str
+    mechanism: str
+    downtime_s: float
+    old_served_s: float
+
+
 @dataclass
 class StepResult:
     """What one :meth:`NodeSimulator.step` did.
@@ -106,6 +129,7 @@ class StepResult:
     :param terms: Goodput terms summed over tenants (``terms.total`` is the reward)
     :param gpu_reconfiguration_s: per GPU, GI destroy + create time spent, seconds
     :param done: the episode's duration is reached
+    :param changes: one record per tenant changed at the start of the interval
     """
 
     t_start_s: float
@@ -114,6 +138,7 @@ class StepResult:
     terms: GoodputTerms
     gpu_reconfiguration_s: tuple[float, ...]
     done: bool
+    changes: tuple[ChangeRecord, ...] = ()
 
     @property
     def reward(self) -> float:
@@ -214,6 +239,8 @@ class NodeSimulator:
         self._tenant_terms = {t.name: GoodputTerms() for t in self.scenario.tenants}
         self._work_done = {t.name: 0.0 for t in self.scenario.tenants}
         self._downtime_total_s = {t.name: 0.0 for t in self.scenario.tenants}
+        self.changes: list[ChangeRecord] = []  # every tenant change since reset, in order
+        self._step_changes: list[ChangeRecord] = []
         self.totals = GoodputTerms()
         for name, process in self._arrivals.items():
             process.reset(self._arrival_rng[name])
@@ -434,7 +461,11 @@ class NodeSimulator:
         return cached
 
     def _downtimes(self, old: Configuration | None, new: Configuration, new_slots: dict[str, _Slot]) -> tuple[dict[str, float], tuple[float, ...]]:
-        """Per tenant, the downtime the change from ``old`` to ``new`` costs; per GPU, GI seconds."""
+        """Per tenant, the downtime the change from ``old`` to ``new`` costs; per GPU, GI seconds.
+
+        Also records one :class:`ChangeRecord` per changed tenant in ``self._step_changes``.
+        """
+        self._step_changes = []
         gpu_s = [0.0] * len(new.layouts)
         if old is None:
             return {}, tuple(gpu_s)
@@ -443,7 +474,7 @@ class NodeSimulator:
             plan = change_plan(a, b)
             gpu_s[g] = plan.estimated_s
             created |= {(g, gi) for gi in plan.created}
-        downtime = {}
+        changed: dict[str, tuple[str, tuple[int, GpuInstance | None]]] = {}  # name -> (kind, old instance key)
         for name, slot in new_slots.items():
             before = old.placements.get(name)
             if before is None:
@@ -453,11 +484,91 @@ class NodeSimulator:
             moved = key_before != slot.instance_key or slot.instance_key in created
             share_changed = slot.mode == SharingMode.MPS and before.mps_pct != slot.placement.mps_pct
             if moved or share_changed or mode_before != slot.mode:
+                changed[name] = ("move" if moved else "share" if share_changed else "mode", key_before)
+        if self.scenario.make_before_break:
+            downtime, served = self._staged_downtimes(old, new, new_slots, changed)
+            mechanism = {n: "make-before-break" if downtime[n] <= 1e-9 else "ordered-restart" for n in changed}
+        else:
+            downtime, served, mechanism = {}, {}, {}
+            for name, (kind, _) in changed.items():
+                slot = new_slots[name]
                 wait_gi = gpu_s[slot.placement.gpu_index] if slot.instance_key in created else 0.0
-                downtime[name] = wait_gi + slot.tenant.restart_s
+                downtime[name], served[name], mechanism[name] = wait_gi + slot.tenant.restart_s, 0.0, "full-restart"
         for name in new_slots.keys() - old.placements.keys():
-            downtime[name] = self.scenario.tenant(name).restart_s
+            downtime[name], served[name], mechanism[name] = self.scenario.tenant(name).restart_s, 0.0, "start"
+            changed[name] = ("start", (new_slots[name].placement.gpu_index, None))
+        self._step_changes = [ChangeRecord(self.time_s, name, changed[name][0], mechanism[name], downtime[name], served[name])
+                              for name in sorted(changed, key=[t.name for t in self.scenario.tenants].index)]
         return downtime, tuple(gpu_s)
+
+    def _staged_downtimes(self, old: Configuration, new: Configuration, new_slots: dict[str, _Slot],
+                          changed: Mapping[str, tuple[str, tuple[int, GpuInstance | None]]]) -> tuple[dict[str, float], dict[str, float]]:
+        """Make-before-break: (per changed tenant, downtime s; seconds its old instance kept serving).
+
+        Per GPU, the GI operations run one after another in the order of
+        :func:`~rlsched.hardware.staged_change_plan`; a tenant's new server starts when its
+        new GI exists (at once in a GI both layouts keep) and is ready ``restart_s`` later;
+        an old GI is destroyed only after its tenants switched, unless the plan breaks it
+        (then its tenants stop when it is destroyed and are down until their new server is
+        ready). A tenant whose new instance is kept starts its new client next to the old
+        one when the GI's memory holds the old clients and the new ones (tenants added in
+        priority order; one that does not fit stops its old client first and pays its
+        restart). Cross-GPU moves do not delay the old GPU's destroys.
+        """
+        ready: dict[str, float] = {}  # new server ready, seconds after the change began
+        down_from: dict[str, float] = {}  # old client stops
+        gi_ready: dict[tuple[int, GpuInstance | None], float] = {}
+        rank = {t.name: t.priority.rank for t in self.scenario.tenants}
+        # Instances both configurations keep: memory of the old clients plus the new ones.
+        kept = {new_slots[n].instance_key for n in changed}
+        kept = {k for k in kept if k[1] is None or k[1] in old.layouts[k[0]].instances}
+        for key in sorted(kept, key=lambda k: (k[0], k[1] or GpuInstance(-1, ""))):
+            capacity = self.gpu_spec.profiles[key[1].profile].memory_gib if key[1] is not None else self.gpu_spec.memory_gib
+            used = sum(self.perf.memory_gib(self.scenario.gpu, self.scenario.tenant(n).model, p.batch_size)
+                       for n, p in old.placements.items() if self._instance(old, p)[0] == key)
+            for name in sorted((n for n in changed if new_slots[n].instance_key == key), key=lambda n: rank[n]):
+                slot = new_slots[name]
+                need = self.perf.memory_gib(self.scenario.gpu, slot.tenant.model, slot.batch)
+                ready[name] = slot.tenant.restart_s
+                if used + need > capacity + 1e-9:
+                    down_from[name] = 0.0  # no room for both clients: stop the old one first
+                    if changed[name][1] == key:
+                        used -= self.perf.memory_gib(self.scenario.gpu, slot.tenant.model, old.placements[name].batch_size)
+                used += need
+        occupants: dict[tuple[int, GpuInstance | None], list[str]] = {}
+        for name, p in old.placements.items():
+            occupants.setdefault(self._instance(old, p)[0], []).append(name)
+        for g, (a, b) in enumerate(zip(old.layouts, new.layouts, strict=True)):
+            moves_to: dict[GpuInstance, set[GpuInstance]] = {}
+            cost: dict[GpuInstance, float] = {}
+            for name in (n for gi in a.instances for n in occupants.get((g, gi), []) if n in new_slots):  # leavers need no wait
+                key = self._instance(old, old.placements[name])[0]
+                target = new_slots[name].instance_key
+                moves_to.setdefault(key[1], set()).update({target[1]} if target[0] == g and target[1] is not None else set())
+                tenant = self.scenario.tenant(name)
+                cost[key[1]] = cost.get(key[1], 0.0) + self.scenario.weights.priority.get(tenant.priority.value, 1.0) * (1.0 + tenant.restart_s)
+            plan = staged_change_plan(a, b, moves_to, cost)
+            clock = 0.0
+            for op in plan.operations:
+                profile = self.gpu_spec.profiles[op.instance.profile]
+                if op.kind == "create":
+                    clock += profile.create_s
+                    gi_ready[(g, op.instance)] = clock
+                    for name in (n for n in changed if new_slots[n].instance_key == (g, op.instance)):
+                        ready[name] = clock + new_slots[name].tenant.restart_s
+                    continue
+                leaving = [n for n in occupants.get((g, op.instance), []) if n in changed]
+                if not op.breaks:  # its tenants switch to their ready servers, then it goes
+                    clock = max([clock] + [ready[n] for n in leaving if n in ready])
+                for name in leaving:
+                    down_from.setdefault(name, clock)
+                clock += profile.destroy_s
+        downtime, served = {}, {}
+        for name in changed:
+            stop = down_from.get(name, ready[name])
+            downtime[name] = max(ready[name] - stop, 0.0)
+            served[name] = stop
+        return downtime, served
 
     # ------------------------------------------------------------------ step
     def step(self, configuration: Configuration) -> StepResult:
@@ -475,6 +586,8 @@ class NodeSimulator:
             self._slots, self._slots_for, self._slots_active = slots, configuration, active
         else:
             slots = self._slots
+        if same_config:
+            self._step_changes = []
         if self._windowed:
             # Nothing runs for a tenant outside its windows, so nothing restarts; one that
             # becomes active while placed cold-starts then, like a newly placed tenant.
@@ -538,7 +651,8 @@ class NodeSimulator:
         self.step_index += 1
         self.totals = self.totals + total
         self._last = stats
-        return StepResult(t0, t1, stats, total, gpu_s, self.done)
+        self.changes.extend(self._step_changes)
+        return StepResult(t0, t1, stats, total, gpu_s, self.done, tuple(self._step_changes))
 
     def summary(self) -> dict[str, dict[str, float | int | str]]:
         """Per tenant, totals since reset: request counts, SLO attainment, latency
@@ -570,6 +684,8 @@ class NodeSimulator:
                 entry.update(training_samples=self._work_done[t.name], accuracy=self.accuracy_of(t.serves))
             else:
                 entry.update(best_effort_progress_s=self._work_done[t.name])
+            mine = [c for c in self.changes if c.tenant == t.name]
+            entry.update(changes=len(mine), staged_changes=sum(c.mechanism == "make-before-break" for c in mine))
             entry.update(downtime_s=self._downtime_total_s[t.name], goodput=terms.goodput, slo_penalty=terms.slo_penalty,
                          best_effort_progress=terms.best_effort_progress, reconfiguration_cost=terms.reconfiguration_cost,
                          objective=terms.total)
@@ -648,7 +764,7 @@ _SHARED_STATE = frozenset({"scenario", "perf", "gpu_spec", "interval_s", "_curve
 def _shared_memo(state: dict) -> dict[int, object]:
     """A deepcopy memo that shares the objects of a simulator state nobody mutates in place:
     the configurations and their slots, and recorded (stateless) arrival processes."""
-    shared = [state["_config"], state["_slots"], state["_slots_for"]]
+    shared = [state["_config"], state["_slots"], state["_slots_for"], *state.get("changes", ())]  # change records are frozen
     shared += [p for p in state["_arrivals"].values() if isinstance(p, RecordedArrivals)]
     return {id(x): x for x in shared if x is not None}
 

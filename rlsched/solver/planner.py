@@ -28,11 +28,14 @@ thread, fixed seed), built from a *value table*:
   performance model): the MILP does not know the actual co-runners (that would make the
   values depend on pairs of decisions), so co-location is priced pessimistically.
 - Reconfiguration: an option that is not the tenant's running placement (same GPU, same
-  GI kept by the layout, same share, MPS) restarts it: its downtime (``restart_s``, plus,
-  in a GI the layout creates, the catalog's create time and the destroy times of the
-  running GIs it overlaps) loses the value it would have earned meanwhile, and the requests
-  arriving then are charged the SLO penalty; ``weights.reconfiguration_per_s`` is added per
-  second of downtime.
+  GI kept by the layout, same share, MPS) restarts it. With make-before-break (the
+  scenario's ``reconfiguration.make_before_break``, :meth:`Planner.can_stage`) the new
+  server starts while the old one serves: no downtime, only the gain of the new option
+  forgone until it is ready (GI create + ``restart_s``). Otherwise its downtime
+  (``restart_s``, plus, in a GI the layout creates, the catalog's create time and the
+  destroy times of the running GIs it overlaps) loses the value it would have earned
+  meanwhile, and the requests arriving then are charged the SLO penalty;
+  ``weights.reconfiguration_per_s`` is added per second of downtime.
 
 Variables: per GPU one layout among the maximal ones (:func:`~rlsched.hardware.enumerate_layouts`,
 the one hardware model; plus the running layout), per tenant one option (GPU, GI placement,
@@ -64,7 +67,7 @@ import numpy as np
 
 from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.goodput import goodput_terms
-from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, load_gpu
+from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
 from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
@@ -335,14 +338,49 @@ class Planner:
         return wait
 
     def _reconfiguration(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None,
-                         mps_pct: float, value: float, rates: Sequence[Rates]) -> float:
+                         mps_pct: float, value: float, rates: Sequence[Rates], memory_gib: float = 0.0, held_value: float | None = None) -> float:
+        """Predicted cost of moving ``tenant`` to this option from the running configuration.
+
+        Make-before-break (the scenario's switch, :meth:`can_stage`): no downtime, but the
+        option earns its value only once the new server is ready (GI create + ``restart_s``);
+        until then the old instance earns ``held_value`` (the running option's value), so the
+        cost is the gain forgone over that delay. Otherwise the full restart
+        (:meth:`restart_loss` of ``restart_s`` plus the GI wait).
+        """
         running = self._running(current, tenant.name)
         if running is not None and running == (g, gi, mps_pct) and (gi is None or gi in current.layouts[g].instances):  # type: ignore[union-attr]
             return 0.0
         if current is not None and tenant.name not in current.placements:
             return self.restart_loss(tenant, tenant.restart_s, value, rates)
+        if current is not None and self.scenario.make_before_break and self.can_stage(tenant.name, current, g, gi, memory_gib):
+            delay = tenant.restart_s + (self.gpu.profiles[gi.profile].create_s if gi is not None and gi not in current.layouts[g].instances else 0.0)
+            gain = max(value - held_value, 0.0) / len(rates) if held_value is not None else 0.0
+            return sum(min(max(delay - k * self.interval_s, 0.0), self.interval_s) / self.interval_s * gain for k in range(len(rates)))
         downtime = tenant.restart_s + self._gi_wait_s(current, g, gi)
         return self.restart_loss(tenant, downtime, value, rates)
+
+    def can_stage(self, name: str, current: Configuration, g: int, gi: GpuInstance | None, memory_gib: float) -> bool:
+        """True when tenant ``name`` can start in ``gi`` on GPU g while its running instance
+        keeps serving: ``gi`` runs now and its memory holds its clients plus the new one
+        (``memory_gib``), or it can be created on slices that no GI holding tenants uses
+        (:func:`~rlsched.hardware.fits_alongside`; empty GIs are destroyed first). Judged per
+        tenant: two new GIs that each fit may not fit together (the simulator orders them)."""
+        layout = current.layouts[g]
+        if gi is None or gi in layout.instances:
+            index = layout.instances.index(gi) if gi is not None else 0
+            held = sum(self.memory_gib(n, p.batch_size) for n, p in current.placements.items() if (p.gpu_index, p.instance_index) == (g, index))
+            return held + memory_gib <= self._gi_memory(gi.profile if gi else None) + 1e-9
+        occupied = {layout.instances[p.instance_index] for p in current.placements.values() if p.gpu_index == g and len(layout)}
+        return fits_alongside(sorted(occupied), gi, self.gpu)
+
+    def held_value(self, tenant: Tenant, current: Configuration | None, rates: Sequence[Rates], accuracy: Mapping[str, float]) -> float | None:
+        """Predicted value of the tenant's running option over the lookahead (None: not placed)."""
+        if current is None or tenant.name not in current.placements:
+            return None
+        p = current.placements[tenant.name]
+        layout = current.layouts[p.gpu_index]
+        gi = layout.instances[p.instance_index] if len(layout) else None
+        return self.option_value(tenant, gi.profile if gi else None, float(p.mps_pct), rates, accuracy, p.batch_size)[0]
 
     def _layouts_for(self, current: Configuration | None, g: int) -> list[Layout]:
         layouts = list(self.layouts)
@@ -363,6 +401,7 @@ class Planner:
                 continue
             allowed = range(self.scenario.gpu_count) if gpus_of is None else gpus_of[t.name]
             running = self._running(current, t.name)
+            held = self.held_value(t, current, rates, accuracy) if self.scenario.make_before_break else None
             for profile in sorted({gi.profile if gi else None for gi in placements}, key=lambda p: (p is None, p or "")):
                 table = []
                 shares = set(self.share_levels) | ({running[2]} if running else set())
@@ -383,7 +422,7 @@ class Planner:
                             keeps = running is not None and running == (g, gi, share)
                             if not (useful or keeps):
                                 continue
-                            cost = self._reconfiguration(t, current, g, gi, share, value, rates)
+                            cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held)
                             options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost))
         return options
 
@@ -499,5 +538,6 @@ class Planner:
             gi = layout.instances[p.instance_index] if len(layout) else None
             v, _ = self.option_value(t, gi.profile if gi else None, float(p.mps_pct), windows, accuracy, p.batch_size)
             value += v
-            cost += self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), v, windows)
+            held = self.held_value(t, current, windows, accuracy) if self.scenario.make_before_break else None
+            cost += self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), v, windows, self.memory_gib(t.name, p.batch_size), held)
         return value, cost

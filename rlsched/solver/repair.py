@@ -39,7 +39,7 @@ import numpy as np
 
 from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.errors import ConfigError, RlschedError
-from rlsched.hardware import GpuInstance, Layout, change_plan, layout_violation, load_gpu
+from rlsched.hardware import GpuInstance, Layout, change_plan, fits_alongside, layout_violation, load_gpu
 from rlsched.solver.instances import FORMULATIONS, NON_MIG_COMPUTE_SLICES, WHOLE_DEVICE, GpuTable, gpu_table
 from rlsched.solver.assignment import assign_by_local_search
 from rlsched.solver.milp import INF, Milp
@@ -110,7 +110,10 @@ class RepairWeights:
     mode_miss: float = 0.5
     """per tenant whose GI runs another sharing mode than it asked for"""
     moved_tenant: float = 0.2
-    """per tenant moved to another GI than the one it runs in now"""
+    """per tenant moved to another GI than the one it runs in now (stopped for its restart)"""
+    staged_move: float = 0.05
+    """per tenant moved make-before-break: into a GI it can start in while its running
+    instance keeps serving (:attr:`RepairProblem.make_before_break`; no downtime)"""
     reconfiguration_per_s: float = 1.0
     """per second of GI destruction and creation (catalog times)"""
 
@@ -123,12 +126,15 @@ class RepairProblem:
     :param tenants: tenant name -> request
     :param variants: GI profile variants the layouts may use
     :param driver_major: NVIDIA driver branch whose layout rules apply (None: current)
+    :param make_before_break: moves the hardware can stage (the target GI runs now, or can
+        be created next to the GIs that hold tenants) cost :attr:`RepairWeights.staged_move`
     """
 
     gpus: tuple[str, ...]
     tenants: Mapping[str, TenantRequest]
     variants: tuple[str, ...] = ("standard",)
     driver_major: int | None = None
+    make_before_break: bool = False
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -250,8 +256,9 @@ class RepairTerms:
     :param instance_size_off: sum over tenants of |GI slices - slices the share implies|
     :param preferred_gpu_misses: tenants off their preferred GPU
     :param mode_misses: tenants whose GI runs another mode than requested
-    :param moved_tenants: tenants in another GI than in the running configuration
+    :param moved_tenants: tenants in another GI than in the running configuration, stopped for a restart
     :param reconfiguration_s: GI destroy + create seconds from the running configuration
+    :param staged_moves: tenants moved make-before-break (no downtime)
     """
 
     compute_slices_off: float = 0.0
@@ -260,6 +267,7 @@ class RepairTerms:
     mode_misses: int = 0
     moved_tenants: int = 0
     reconfiguration_s: float = 0.0
+    staged_moves: int = 0
 
     def distance(self, weights: RepairWeights) -> float:
         """Weighted distance from the request (without the cost of getting there)."""
@@ -272,14 +280,14 @@ class RepairTerms:
 
     def reconfiguration_cost(self, weights: RepairWeights) -> float:
         """Weighted cost of getting there from the running configuration."""
-        return weights.moved_tenant * self.moved_tenants + weights.reconfiguration_per_s * self.reconfiguration_s
+        return weights.moved_tenant * self.moved_tenants + weights.staged_move * self.staged_moves + weights.reconfiguration_per_s * self.reconfiguration_s
 
     def is_zero(self) -> bool:
         """True when the configuration is exactly the request and nothing changes."""
         return (
             self.compute_slices_off <= TOLERANCE * 10
             and self.instance_size_off <= TOLERANCE * 10
-            and self.preferred_gpu_misses == self.mode_misses == self.moved_tenants == 0
+            and self.preferred_gpu_misses == self.mode_misses == self.moved_tenants == self.staged_moves == 0
             and self.reconfiguration_s == 0.0
         )
 
@@ -340,6 +348,24 @@ class _Anchor:
                     positions[name] = (p.gpu_index, instances[p.instance_index])
         return cls(tuple(layouts), modes, positions)
 
+    def move_cost(self, name: str, g: int, gi: GpuInstance, weights: RepairWeights, staged: bool) -> float:
+        """What moving tenant ``name`` to ``gi`` on GPU g costs: 0 if it runs there,
+        ``staged_move`` if ``staged`` and the move can be made before the break (``gi`` runs
+        now, or fits next to the GIs holding tenants), ``moved_tenant`` otherwise."""
+        before = self.positions.get(name)
+        if before is None or before == (g, gi):
+            return 0.0
+        return weights.staged_move if staged and self.can_stage(g, gi) else weights.moved_tenant
+
+    def can_stage(self, g: int, gi: GpuInstance) -> bool:
+        """True when a tenant can start in ``gi`` on GPU g while the running GIs that hold
+        tenants keep serving."""
+        layout = self.layouts[g]
+        if gi in _instances(layout):
+            return True
+        occupied = sorted({p for h, p in self.positions.values() if h == g})
+        return fits_alongside(occupied, gi, layout.gpu)
+
 
 def _instances(layout: Layout) -> tuple[GpuInstance, ...]:
     """The GIs tenants can be placed in, in instance-index order."""
@@ -397,7 +423,7 @@ def repair_terms(config: Configuration, problem: RepairProblem, current: Configu
     """
     anchor = _Anchor.of(current, problem.gpus)
     compute_off = size_off = 0.0
-    gpu_misses = mode_misses = moved = 0
+    gpu_misses = mode_misses = moved = staged = 0
     for name, request in problem.tenants.items():
         p = config.placements[name]
         gi = _instances(config.layouts[p.gpu_index])[p.instance_index]
@@ -408,9 +434,13 @@ def repair_terms(config: Configuration, problem: RepairProblem, current: Configu
         gpu_misses += request.preferred_gpu is not None and request.preferred_gpu != p.gpu_index
         mode_misses += request.mode is not None and config.modes[p.gpu_index][p.instance_index] != request.mode
         before = anchor.positions.get(name)
-        moved += before is not None and before != (p.gpu_index, gi)
+        if before is not None and before != (p.gpu_index, gi):
+            if problem.make_before_break and anchor.can_stage(p.gpu_index, gi):
+                staged += 1
+            else:
+                moved += 1
     seconds = sum(change_plan(old, new).estimated_s for old, new in zip(anchor.layouts, config.layouts))
-    return RepairTerms(compute_off, size_off, gpu_misses, mode_misses, moved, seconds)
+    return RepairTerms(compute_off, size_off, gpu_misses, mode_misses, moved, seconds, staged)
 
 
 def _meets_exactly(config: Configuration, problem: RepairProblem) -> bool:
@@ -589,9 +619,7 @@ class _Solver:
             wanted = self.problem.tenants[name].wanted_instance_slices
             if wanted is not None:
                 costs[i] = w.instance_size_per_slice * np.abs(table.compute_slices - wanted)
-            before = self.anchor.positions.get(name)
-            if before is not None:
-                costs[i] += [w.moved_tenant * (before != (g, gi)) for gi in table.candidates]
+            costs[i] += [self.anchor.move_cost(name, g, gi, w, self.problem.make_before_break) for gi in table.candidates]
         return costs
 
     def _search_gpu(self, g: int, names: list[str]) -> _GpuPlan | None:

@@ -55,6 +55,10 @@ class Scenario:
         layout is given, by the benchmark, and as the state the node starts in)
     :param service_jitter: draw batch service times from a lognormal matching the model's
         mean and p99 (False: every batch takes the mean)
+    :param make_before_break: reconfigure make-before-break (MIGRator's pre-initialisation):
+        a tenant's new instance is created and its server started while the old one keeps
+        serving whenever the hardware allows (``reconfiguration: {make_before_break: ...}``
+        in the YAML; False: every change stops the tenant for its full restart)
     :param source: the file it was read from
     """
 
@@ -67,6 +71,7 @@ class Scenario:
     weights: GoodputWeights = field(default_factory=GoodputWeights)
     reference: Configuration | None = None
     service_jitter: bool = True
+    make_before_break: bool = True
     description: str = ""
     source: str = "<memory>"
 
@@ -339,7 +344,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     except yaml.YAMLError as exc:
         raise ConfigError(path, "file", str(path), f"not valid YAML: {exc}") from None
     r = _Reader(str(path), raw, "")
-    r.unknown(["name", "description", "gpu", "gpu_count", "duration_s", "decision_interval_s", "tenants", "weights", "reference", "service_jitter"])
+    r.unknown(["name", "description", "gpu", "gpu_count", "duration_s", "decision_interval_s", "tenants", "weights", "reference", "service_jitter", "reconfiguration"])
     gpu = r.choice("gpu", gpu_names())
     tenants_raw = r.get("tenants", list)
     if not tenants_raw:
@@ -373,11 +378,21 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         tenants=tenants,
         weights=weights,
         service_jitter=r.get("service_jitter", bool, True),
+        make_before_break=_make_before_break(r),
         source=str(path),
     )
     if r.has("reference"):
         scenario.reference = parse_configuration(r.sub("reference"), gpu, gpu_count, names)
     return scenario
+
+
+def _make_before_break(r: _Reader) -> bool:
+    """``reconfiguration: {make_before_break: bool}`` (default True)."""
+    if not r.has("reconfiguration"):
+        return True
+    sub = r.sub("reconfiguration")
+    sub.unknown(["make_before_break"])
+    return bool(sub.get("make_before_break", bool, True))
 
 
 def parse_trace_override(text: str, source: str = "--trace") -> tuple[str, Path, float]:
