@@ -106,7 +106,7 @@ def run_episode(env: GpuShareEnv, policy_name: str, seed: int, progress: Any = N
         observation, reward, _, truncated, info = apply(env, decision)
         episode.rewards.append(reward)
         episode.layouts.append(" | ".join(f"{spec} [{','.join(modes)}]" for spec, modes in zip(info["layout"], info["modes"], strict=True)))
-        episode.decision_ms.append(act_ms + info["repair_ms"])
+        episode.decision_ms.append(act_ms + env.last_repair_ms)
         episode.configurations.append(info["configuration"])
         episode.reconfigurations += bool(info["reconfigured"])
         episode.repaired += bool(info["repaired"])

@@ -9,12 +9,17 @@ interval under it, and the reward is the interval's Goodput objective
 Episodes end by truncation only: when the registration's ``max_episode_steps`` is reached,
 or when the scenario's duration has been simulated, whichever comes first (the system goes
 on; nothing terminal happens).
+
+``info`` is a function of the seed and the actions alone (Gymnasium's checker steps twice
+from one seed and compares). Wall-clock timings are not, so they live beside it: the last
+repair's in :attr:`GpuShareEnv.last_repair_ms`, all since the last collection in
+:meth:`GpuShareEnv.take_repair_timing`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ from rlsched.envs.actions import ActionCodec
 from rlsched.envs.backends import Backend, make_backend, resolve_scenario
 from rlsched.envs.observations import ObservationEncoder
 from rlsched.errors import ConfigError
+from rlsched.metrics import RepairTiming
 from rlsched.simulator.node import StepResult
 from rlsched.simulator.perf import PerformanceModelLike
 from rlsched.solver import InfeasibleRequest, RepairProblem, RepairResult, RepairWeights, TenantRequest, repair, repair_configuration
@@ -48,8 +54,6 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
     :param perf_model: ``"calibrated"``, ``"toy"`` or a performance model object (sim backend)
     :param repair_weights: prices of the repair objective (how "nearest" is measured)
     :param render_mode: None or ``"ansi"`` (a text line per step)
-    :param clock: the clock timings are read from, seconds (tests inject a fixed one so
-        that ``info`` is reproducible; timings are wall time and cannot be otherwise)
     """
 
     # A text line per decision; render_fps is nominal (one line per step), set because
@@ -63,7 +67,6 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         perf_model: str | PerformanceModelLike = "calibrated",
         repair_weights: RepairWeights = RepairWeights(),
         render_mode: str | None = None,
-        clock: Callable[[], float] = time.perf_counter,
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -76,7 +79,9 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self.observation_space = self.encoder.space
         self.repair_weights = repair_weights
         self.render_mode = render_mode
-        self.clock = clock
+        self.last_repair_ms = 0.0  # wall time of the last step's decode + repair, ms
+        # Every step's, until a metrics reader takes them (shared by FamilyEnv's episodes).
+        self.repair_timing = RepairTiming()
         self.tenant_names = [t.name for t in self.scenario.tenants]
         self.current: Configuration | None = self.scenario.reference
         self.last_step: StepResult | None = None
@@ -130,20 +135,20 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Repair the action's requests into a configuration and run one interval under it."""
-        started = self.clock()
+        started = time.perf_counter()
         decoded = self.codec.decode(action)
         result, fallback = self._repair(decoded.problem)
-        decision_ms = (self.clock() - started) * 1e3
+        self._timed(started)
         repaired = bool(decoded.clamped) or fallback or result.distance > EXACT_DISTANCE
-        return self._run(result, repaired, fallback, decision_ms, {"clamped": {k: list(v) for k, v in decoded.clamped.items()}})
+        return self._run(result, repaired, fallback, {"clamped": {k: list(v) for k, v in decoded.clamped.items()}})
 
     def step_requests(self, requests: Mapping[str, TenantRequest]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Like :meth:`step`, for a policy that states exact per-tenant requests (compute
         slices, memory, GPU, mode, share, batch) instead of action levels."""
-        started = self.clock()
+        started = time.perf_counter()
         result, fallback = self.repair_requests(requests)
-        decision_ms = (self.clock() - started) * 1e3
-        return self._run(result, fallback or result.distance > EXACT_DISTANCE, fallback, decision_ms, {"clamped": {}})
+        self._timed(started)
+        return self._run(result, fallback or result.distance > EXACT_DISTANCE, fallback, {"clamped": {}})
 
     def repair_requests(self, requests: Mapping[str, TenantRequest]) -> tuple[RepairResult, bool]:
         """The repair of exact per-tenant requests from the running configuration (what
@@ -159,11 +164,16 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
 
         An infeasible configuration is repaired by the ILP like an action would be.
         """
-        started = self.clock()
+        started = time.perf_counter()
         result, fallback = self._repair_configuration(configuration)
-        decision_ms = (self.clock() - started) * 1e3
+        self._timed(started)
         repaired = fallback or result.configuration != configuration
-        return self._run(result, repaired, fallback, decision_ms, {"clamped": {}})
+        return self._run(result, repaired, fallback, {"clamped": {}})
+
+    def take_repair_timing(self) -> tuple[int, float, float]:
+        """``(count, sum_ms, max_ms)`` of the repairs since the last call (a metrics reader's
+        collection, e.g. once per rollout: ``VecEnv.env_method("take_repair_timing")``)."""
+        return self.repair_timing.take()
 
     def repaired_configuration(self, decision: np.ndarray | Configuration) -> Configuration:
         """The configuration :meth:`step` (an action) or :meth:`step_configuration` would
@@ -229,7 +239,12 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         self._repair_cache[key] = outcome
         return outcome
 
-    def _run(self, result: RepairResult, repaired: bool, fallback: bool, decision_ms: float, extra: dict[str, Any]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def _timed(self, started: float) -> None:
+        """Record the decision time since ``started`` (a ``time.perf_counter`` reading)."""
+        self.last_repair_ms = (time.perf_counter() - started) * 1e3
+        self.repair_timing.add(self.last_repair_ms)
+
+    def _run(self, result: RepairResult, repaired: bool, fallback: bool, extra: dict[str, Any]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         config = result.configuration
         previous = self.current
         step = self.backend.step(config)
@@ -240,7 +255,6 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
         info: dict[str, Any] = {
             "repaired": bool(repaired),
             "repair_distance": float(result.distance),
-            "repair_ms": float(decision_ms),
             "repair_fast_path": bool(result.fast_path),
             "repair_fallback": bool(fallback),
             "reconfigured": previous is None or config != previous,

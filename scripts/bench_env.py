@@ -50,7 +50,7 @@ def main() -> int:
         if problems:
             print(f"action {i} ({action.tolist()}): infeasible configuration applied: {problems}", file=sys.stderr)
             return 1
-        decision_ms[i] = info["repair_ms"]
+        decision_ms[i] = env.last_repair_ms
         repaired += info["repaired"]
         fallbacks += info["repair_fallback"]
         if truncated:

@@ -22,14 +22,9 @@ from rlsched.workloads.scenario import scenarios_dir
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
 
 
-def fixed_clock() -> float:
-    """Timings are wall time; a fixed clock makes ``info`` reproducible for the checkers."""
-    return 0.0
-
-
 @pytest.fixture(scope="module")
 def env() -> GpuShareEnv:
-    return GpuShareEnv(TINY, perf_model="calibrated", clock=fixed_clock)
+    return GpuShareEnv(TINY, perf_model="calibrated")
 
 
 def test_make_by_name_registers_time_limit_and_spaces():
@@ -59,26 +54,48 @@ def test_make_by_yaml_path():
     assert env.unwrapped.scenario.name == "env-tiny"
 
 
-def test_gymnasium_checker_zero_warnings():
+@pytest.mark.parametrize("scenario", ["default", TINY])
+def test_gymnasium_checker_zero_warnings(scenario):
+    """The env as users build it, with wall-clock repair timings running (they are kept out
+    of ``info``, which the checker compares between two steps from one seed)."""
     from gymnasium.utils.env_checker import check_env
 
-    # The unwrapped env (the checker warns about wrappers), made by gym.make so that it has
-    # its spec (the checker needs it to test the render modes).
-    env = gym.make(rlsched.envs.ENV_ID, scenario=TINY, clock=fixed_clock).unwrapped
+    # Unwrapped, made by gym.make so that it has its spec (the checker needs it to test the
+    # render modes) ...
+    env = gym.make(rlsched.envs.ENV_ID, scenario=scenario)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped, skip_render_check=False)
+    assert [str(w.message) for w in record] == []
+    # ... and wrapped: the checker's one warning then is that it was given a wrapper.
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         check_env(env, skip_render_check=False)
-    assert [str(w.message) for w in record] == []
+    assert [str(w.message) for w in record if "is different from the unwrapped version" not in str(w.message)] == []
 
 
-def test_sb3_checker_zero_warnings():
+@pytest.mark.parametrize("scenario", ["default", TINY])
+def test_sb3_checker_zero_warnings(scenario):
     from stable_baselines3.common.env_checker import check_env
 
-    env = GpuShareEnv(TINY, clock=fixed_clock)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        check_env(env, warn=True)
-    assert [str(w.message) for w in record] == []
+    env = gym.make(rlsched.envs.ENV_ID, scenario=scenario)
+    for candidate in (env.unwrapped, env):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            check_env(candidate, warn=True)
+        assert [str(w.message) for w in record] == []
+
+
+def test_repair_wall_time_is_kept_beside_info():
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(env.action_space.sample())
+    assert not any("ms" in key.split("_") for key in info)  # no timing in info
+    first = env.last_repair_ms
+    env.step_configuration(env.scenario.reference)
+    count, sum_ms, max_ms = env.take_repair_timing()
+    assert first > 0.0 and count == 2 and sum_ms == pytest.approx(first + env.last_repair_ms) and max_ms == max(first, env.last_repair_ms)
+    assert env.take_repair_timing() == (0, 0.0, 0.0)
 
 
 def _random_actions_are_applied(env: GpuShareEnv, count: int, seed: int) -> None:

@@ -95,11 +95,12 @@ def test_metric_totals_of_parallel_spans_combine_into_the_whole_spans_metrics():
     infos = [env.step(env.action_space.sample())[4] for _ in range(6)]
     whole, left, right = MetricAggregator(), MetricAggregator(), MetricAggregator()
     for i, info in enumerate(infos):
-        whole.add(info)
-        (left if i % 2 else right).add(info)
+        whole.add(info).add_repair_timing(1, i + 1.0, i + 1.0)
+        (left if i % 2 else right).add(info).add_repair_timing(1, i + 1.0, i + 1.0)
     a, b = left.totals(), right.totals()
     merged = {k: max(a.get(k, 0.0), b.get(k, 0.0)) if k == MAX_TOTAL else a.get(k, 0.0) + b.get(k, 0.0) for k in {*a, *b}}
     assert MetricAggregator.from_totals(merged).summary() == pytest.approx(whole.summary())
+    assert (whole.summary()["repair/ms_mean"], whole.summary()["repair/ms_max"]) == (3.5, 6.0)
     assert MetricAggregator.from_totals(whole.totals()).totals() == whole.totals()
 
 

@@ -26,7 +26,7 @@ SMOKE = {
     "pretrain": {"teacher": "paris-elsa", "episodes": 1, "epochs": 2, "dagger_iterations": 1, "dagger_episodes": 1},
 }
 CUSTOM_SCALARS = {"goodput/total", "goodput/goodput", "goodput/slo_penalty", "slo/attainment", "slo/attainment_high", "slo/attainment_normal",
-                  "reconfig/rate", "repair/rate", "repair/ms_mean", "perf/steps_per_s", "eval/goodput/total", "eval/slo/attainment_high",
+                  "reconfig/rate", "repair/rate", "repair/ms_mean", "perf/steps_per_s", "eval/goodput/total", "eval/repair/ms_mean", "eval/slo/attainment_high",
                   "pretrain/accuracy"}
 
 
@@ -86,7 +86,7 @@ def test_cli_train_bad_config_exits_2(tmp_path, capsys):
 def test_aggregated_attainment_is_a_ratio_of_sums():
     from rlsched.metrics import MetricAggregator, step_metrics
 
-    base = {"goodput/total": 1.0, "repair_ms": 2.0, "repaired": True, "reconfigured": False, "restarted_tenants": []}
+    base = {"goodput/total": 1.0, "repaired": True, "reconfigured": False, "restarted_tenants": []}
     a = {**base, "slo_counts": {"high": {"on_time": 9, "decided": 10}}}
     b = {**base, "goodput/total": 3.0, "slo_counts": {"high": {"on_time": 0, "decided": 90}, "low": {"on_time": 5, "decided": 10}}}
     summary = MetricAggregator().add(a).add(b).add({"layout": ()}).summary(wall_s=0.5)
@@ -94,6 +94,21 @@ def test_aggregated_attainment_is_a_ratio_of_sums():
     assert summary["slo/attainment"] == pytest.approx(14 / 110) and "slo/attainment_normal" not in summary
     assert summary["goodput/total"] == 2.0 and summary["repair/rate"] == 1.0 and summary["perf/steps_per_s"] == 4.0
     assert step_metrics(a)["slo/attainment_high"] == 0.9 and step_metrics({}) == {}
+
+
+def test_repair_wall_time_is_aggregated_from_beside_info():
+    from rlsched.metrics import MetricAggregator, RepairTiming, step_metrics
+
+    info = {"goodput/total": 1.0, "repaired": False}
+    assert "repair/ms_mean" not in MetricAggregator().add(info).summary()  # not timed: not reported as zero
+    timing = RepairTiming()
+    for ms in (1.0, 5.0, 3.0):
+        timing.add(ms)
+    assert timing.take() == (3, 9.0, 5.0) and timing.take() == (0, 0.0, 0.0)
+    # Two environments' timings over four steps: the mean is per timed repair.
+    summary = MetricAggregator().add(info).add(info).add(info).add(info).add_repair_timing(3, 9.0, 5.0).add_repair_timing(1, 7.0, 7.0).summary()
+    assert (summary["repair/ms_mean"], summary["repair/ms_max"]) == (4.0, 7.0)
+    assert (step_metrics(info, 2.5)["repair/ms_mean"], step_metrics(info, 2.5)["repair/ms_max"]) == (2.5, 2.5)
 
 
 # ---------------------------------------------------------------- training run

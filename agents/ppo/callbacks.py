@@ -13,10 +13,22 @@ import numpy as np
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Image
+from stable_baselines3.common.vec_env import VecEnv
 
 from rlsched.fileio import write_bytes_atomically
 from rlsched.hardware import load_gpu, parse_layout
 from rlsched.metrics import STEPS_PER_S, MetricAggregator
+
+
+def take_repair_timings(venv: VecEnv, indices: Sequence[int] | None = None) -> list[tuple[int, float, float]]:
+    """Per environment of ``venv``, the repair wall time since the last collection
+    (``(count, sum_ms, max_ms)``; timings are not in ``info``, see :mod:`rlsched.metrics`);
+    none for environments that do not keep one. One call per rollout, not per step: the
+    environments may live in other processes."""
+    try:
+        return list(venv.env_method("take_repair_timing", indices=indices))
+    except AttributeError:
+        return []
 
 
 class RolloutMetricsCallback(BaseCallback):
@@ -42,6 +54,8 @@ class RolloutMetricsCallback(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
+        for timing in take_repair_timings(self.training_env):
+            self.aggregator.add_repair_timing(*timing)
         for name, value in self.once.items():
             self.logger.record(name, value)
         self.once = {}
@@ -144,7 +158,10 @@ class MetricsEvalCallback(MaskableEvalCallback):
         self._first_episode_done = False
         best_before = self.best_mean_reward
         started = time.perf_counter()
+        take_repair_timings(self.eval_env, [0])  # forget steps taken outside this evaluation
         keep_going = super()._on_step()
+        for timing in take_repair_timings(self.eval_env, [0]):  # the first environment's, like the other metrics
+            self.aggregator.add_repair_timing(*timing)
         if self.best_mean_reward > best_before and self.best_model_save_path is not None:
             normalize = self.model.get_vec_normalize_env()
             if normalize is not None:

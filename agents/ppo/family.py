@@ -161,6 +161,7 @@ class FamilyEnv(gym.Env[np.ndarray, np.ndarray]):
         self.family = family
         self.perf_model = load_performance_model(perf_model) if isinstance(perf_model, str) else perf_model
         self.env = GpuShareEnv(family.base, perf_model=self.perf_model)
+        self.repair_timing = self.env.repair_timing  # kept across the episodes' environments
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
 
@@ -171,12 +172,22 @@ class FamilyEnv(gym.Env[np.ndarray, np.ndarray]):
         env = GpuShareEnv(scenario, perf_model=self.perf_model)
         if env.observation_space != self.observation_space or env.action_space != self.action_space:
             raise ConfigError(scenario.source, "tenants", [t.name for t in scenario.tenants], "a randomized scenario changed the observation or action space")
+        env.repair_timing = self.repair_timing
         self.env = env
         return self.env.reset(seed=int(self.np_random.integers(2**31 - 1)), options=options)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """One decision interval of the current episode's scenario."""
         return self.env.step(action)
+
+    @property
+    def last_repair_ms(self) -> float:
+        """Wall time of the last step's repair, ms (see :attr:`GpuShareEnv.last_repair_ms`)."""
+        return self.env.last_repair_ms
+
+    def take_repair_timing(self) -> tuple[int, float, float]:
+        """The repairs' wall time since the last call, every episode's (see :meth:`GpuShareEnv.take_repair_timing`)."""
+        return self.repair_timing.take()
 
     def action_masks(self) -> np.ndarray:
         """The current scenario's action mask (see :meth:`GpuShareEnv.action_masks`)."""

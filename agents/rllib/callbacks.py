@@ -29,7 +29,15 @@ class MetricsCallback(RLlibCallback):
     def on_episode_step(self, *, episode: Any, **kwargs: Any) -> None:
         self.aggregator.add(episode.get_infos(-1))
 
-    def on_sample_end(self, *, metrics_logger: Any = None, **kwargs: Any) -> None:
+    def on_sample_end(self, *, env_runner: Any = None, metrics_logger: Any = None, **kwargs: Any) -> None:
+        # Repair wall time is kept by the environments, not in info (see rlsched.metrics).
+        env = getattr(env_runner, "env", None)
+        try:
+            timings = env.call("take_repair_timing") if env is not None else ()
+        except AttributeError:
+            timings = ()
+        for timing in timings:
+            self.aggregator.add_repair_timing(*timing)
         if metrics_logger is None or self.aggregator.steps == 0:
             return
         for key, value in self.aggregator.totals().items():

@@ -23,7 +23,8 @@ from rlsched.metrics import STEPS_PER_S, step_metrics
 from rlsched.simulator.node import StepResult
 
 
-def cycle_metrics(info: Mapping[str, Any], step: StepResult | None, steps_per_s: float, fallbacks: int, planner_decided: bool = False) -> dict[str, float]:
+def cycle_metrics(info: Mapping[str, Any], step: StepResult | None, steps_per_s: float, fallbacks: int, planner_decided: bool = False,
+                  repair_ms: float | None = None) -> dict[str, float]:
     """Scalar metrics of one decision cycle, from the environment's ``info`` and step result.
 
     :param info: the env's step ``info`` (Goodput terms, repair and reconfiguration facts)
@@ -32,8 +33,9 @@ def cycle_metrics(info: Mapping[str, Any], step: StepResult | None, steps_per_s:
     :param fallbacks: fallbacks to the planner so far
     :param planner_decided: whether the planner took this cycle's decision (a fallback, or a
         step the PPO policy was unsure of); its running mean is the planner's share
+    :param repair_ms: the cycle's repair wall time, ms (``env.last_repair_ms``; not in ``info``)
     """
-    out = step_metrics(info)
+    out = step_metrics(info, repair_ms)
     out[STEPS_PER_S] = float(steps_per_s)
     out["daemon/fallbacks"] = float(fallbacks)
     out["daemon/planner_decided"] = float(planner_decided)
