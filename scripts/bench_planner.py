@@ -1,4 +1,4 @@
-"""Benchmark of the planner MILP (``migrator-ilp`` / the oracle): solve-time percentiles.
+"""Benchmark of the planner MILP (``migrator-ilp``, and the true-rate planner of the hindsight search): solve-time percentiles.
 
 Two cases, each planning every decision interval of a simulated episode (so the rates,
 queues and running configuration are the ones the planner really meets):

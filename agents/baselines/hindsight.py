@@ -23,8 +23,8 @@ from rlsched.solver.planner import Planner
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import InferenceTenant
 
-#: Decision intervals of true future rates the oracle's planner looks ahead.
-ORACLE_LOOKAHEAD = 3
+#: Decision intervals of true future rates the planner of the hindsight portfolio looks ahead.
+TRUE_RATE_LOOKAHEAD = 3
 #: Static baselines whose fixed decision static-best also considers.
 STATIC_POLICIES = ("static-equal", "fikit", "igniter", "paris-elsa")
 
@@ -194,13 +194,13 @@ class StaticProfiled(Policy):
 
 
 class TrueRatePlanner(Policy):
-    """The planner given the true arrival rates of the coming windows (oracle's own plan).
+    """The planner given the true arrival rates of the coming windows (a seed of the hindsight search).
 
-    Reads each tenant's arrival intensity for the next :data:`ORACLE_LOOKAHEAD` intervals
+    Reads each tenant's arrival intensity for the next :data:`TRUE_RATE_LOOKAHEAD` intervals
     from the replayed simulator's arrival processes
     (:meth:`~rlsched.simulator.node.NodeSimulator.upcoming_rates_rps`; no draws), adds the
     queued requests, and plans with :class:`~rlsched.solver.planner.Planner`. Needs the
-    simulator backend (it reads the future): the oracle runs it on a private replay, the
+    simulator backend (it reads the future): the hindsight search runs it on a private replay, the
     warm start as a teacher on training draws (``pretrain.teacher: planner-true-rates``).
     """
 
@@ -212,7 +212,7 @@ class TrueRatePlanner(Policy):
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         simulator = env.backend.simulator  # type: ignore[attr-defined]
         measured = env.backend.observe()
-        windows = simulator.upcoming_rates_rps(ORACLE_LOOKAHEAD)
+        windows = simulator.upcoming_rates_rps(TRUE_RATE_LOOKAHEAD)
         backlog = {name: float(measured[name].get("queue_length", 0.0)) for name in windows[0]}
         accuracy = {name: float(measured[name]["accuracy"]) for name in windows[0]}
         return self.planner.plan(self.planner.forecast(windows, backlog), env.current, accuracy).configuration

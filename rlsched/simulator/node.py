@@ -366,16 +366,18 @@ class NodeSimulator:
     def upcoming_rates_rps(self, windows: int = 1) -> list[dict[str, float]]:
         """Per coming decision interval (``windows`` of them, the next first), each
         inference tenant's arrival intensity as its process defines it
-        (:meth:`~rlsched.workloads.arrivals.ArrivalProcess.window_rate_rps`), requests/s.
+        (:meth:`~rlsched.workloads.arrivals.ArrivalProcess.window_rate_rps`) times the
+        fraction of the interval it is active, requests/s.
 
-        The true future, read without drawing: for an oracle in a replayed episode only;
+        The true future, read without drawing: for a hindsight search in a replayed episode only;
         a policy must not see it.
         """
-        return [
-            {name: process.window_rate_rps(self.time_s + k * self.interval_s, self.time_s + (k + 1) * self.interval_s)
-             for name, process in self._arrivals.items()}
-            for k in range(windows)
-        ]
+        rates = []
+        for k in range(windows):
+            t0, t1 = self.time_s + k * self.interval_s, self.time_s + (k + 1) * self.interval_s
+            rates.append({name: process.window_rate_rps(t0, t1) * self.scenario.tenant(name).active_seconds(t0, t1) / self.interval_s
+                          for name, process in self._arrivals.items()})
+        return rates
 
     # ------------------------------------------------------------------ configuration
     def _instance(self, config: Configuration, p: TenantPlacement) -> tuple[tuple[int, GpuInstance | None], str | None, int | None, float]:

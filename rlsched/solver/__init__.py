@@ -1,4 +1,4 @@
-"""The ILPs (HiGHS): repair of requested configurations; later the planner and the oracle."""
+"""The ILPs (HiGHS): repair of requested configurations, the Goodput planner, capacity planning."""
 
 from rlsched.solver.instances import NON_MIG_COMPUTE_SLICES, GpuTable, gpu_table
 from rlsched.solver.milp import Milp, MilpSolution, SolverError

@@ -79,7 +79,7 @@ class ArrivalProcess(ABC):
         """The arrival intensity averaged over [t_start_s, t_end_s), requests per second, as
         far as the process's definition and current state determine it; draws nothing.
 
-        What a planner told the true future (the oracle) reads. The base answer is the
+        What a planner told the true future (in hindsight) reads. The base answer is the
         long-run mean; every shipped process states its window's own rate.
         """
         return self.mean_rate_rps()
