@@ -199,6 +199,14 @@ class FakeNvml:
         """Make the next ``times`` destroys of the GI at ``start`` fail with IN_USE (leaked DCGM handles)."""
         self._gi_at(gpu_index, start).leaked_in_use += times
 
+    def instance_of_uuid(self, mig_uuid: str) -> tuple[int, int] | None:
+        """(GPU index, GI start slot) of the MIG device with this UUID, or None (no NVML call logged)."""
+        for index, gpu in enumerate(self.gpus):
+            for gi, ci in self._mig_devices(gpu):
+                if f"MIG-{uuid.uuid5(uuid.NAMESPACE_OID, f'fake-mig-{ci.mig_token}')}" == mig_uuid:
+                    return index, gi.start
+        return None
+
     def lose_gpu(self, gpu_index: int) -> None:
         """Every later call on this GPU raises GPU_IS_LOST."""
         self.gpus[gpu_index].lost = True

@@ -8,9 +8,11 @@ per MIG device, with its own ``CUDA_MPS_PIPE_DIRECTORY`` and
 its environment. Every command is an argument list (never a shell string); the daemon's
 commands go to ``nvidia-cuda-mps-control`` on its standard input, as the MPS docs show.
 
-Order with a MIG change (the daemon loop does this): :meth:`MpsManager.stop_tenants` for the
-tenants whose instance is destroyed (a busy instance cannot be destroyed), apply the MIG
-layouts, read the new MIG UUIDs, then :meth:`MpsManager.apply`.
+Order with a MIG change (the daemon loop does this): make-before-break, the new client of a
+tenant starts next to its running one (:meth:`MpsManager.stage`: a new GI right after it is
+created, or the same GI when its memory holds both clients) and the old one stops once the
+new one is ready; clients still on a GI about to be destroyed are stopped first (a busy
+instance cannot be destroyed); then :meth:`MpsManager.apply` settles the rest.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import os
 import shlex
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -179,6 +181,7 @@ class MpsManager:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.grace_s = grace_s
         self.running: dict[str, tuple[ClientTarget, ProcessHandle | None]] = {}
+        self.staging: dict[str, tuple[ClientTarget, ProcessHandle | None]] = {}  # new clients not yet switched to
         self.daemons: set[str] = set()
 
     def daemon_env(self, device_uuid: str) -> dict[str, str]:
@@ -230,6 +233,34 @@ class MpsManager:
             for step in steps:
                 self._run(step, targets)
         return MpsReport(steps, restarted, estimate, dry_run)
+
+    def stage(self, targets: Mapping[str, ClientTarget], wait: Callable[[float], None]) -> list[str]:
+        """Make-before-break: start each tenant's new client next to its running one (the
+        device's MPS daemon first, if needed), wait for the slowest one's ``restart_s`` (its
+        model is loaded), then stop the old clients. Returns the tenants switched.
+
+        :param wait: sleeps the given seconds (the backend's clock in tests)
+        """
+        started = []
+        for tenant, target in sorted(targets.items()):
+            if self.running.get(tenant, (None, None))[0] == target:
+                continue
+            if target.mps_pct is not None and target.device_uuid not in self.daemons:
+                self._run(MpsStep("start-daemon", target.device_uuid, (MPS_CONTROL, "-d"), self.daemon_env(target.device_uuid)), {})
+            env = {**self.base_env, **self.client_env(tenant, target)}
+            self.staging[tenant] = (target, self.runner.start(tuple(self.clients[tenant].argv), env))
+            started.append(tenant)
+        if started:
+            wait(max(self.clients[t].restart_s for t in started))
+        for tenant in started:
+            if tenant in self.running:
+                self._run(MpsStep("stop-client", tenant), {})
+            self.running[tenant] = self.staging.pop(tenant)
+        return started
+
+    def on_device(self, device_uuid: str) -> list[str]:
+        """The tenants whose running client uses ``device_uuid``."""
+        return sorted(t for t, (target, _) in self.running.items() if target.device_uuid == device_uuid)
 
     def stop_tenants(self, tenants: Sequence[str]) -> None:
         """Stop these tenants' clients now (before their instance is destroyed)."""

@@ -21,14 +21,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlsched.daemon.mig_parted_backend import MigPartedBackend
-from rlsched.daemon.mps import MpsManager, TenantClient, client_targets
+from rlsched.daemon.mps import ClientTarget, MpsManager, TenantClient, client_targets
 from rlsched.daemon.nvml_backend import NvmlMigBackend, RetryPolicy
 from rlsched.daemon.sources import InstanceTelemetry, NvmlTelemetry, PrometheusSource, SourceError
-from rlsched.decision import Configuration
+from rlsched.decision import Configuration, SharingMode
 from rlsched.envs.backends import SimBackend, TenantMemory
 from rlsched.errors import RlschedError
 from rlsched.goodput import GoodputTerms, goodput_terms
-from rlsched.hardware import change_plan
+from rlsched.hardware import GpuInstance, change_plan, load_gpu
 from rlsched.simulator.node import StepResult, TenantStepStats
 from rlsched.simulator.perf import PerformanceModelLike
 from rlsched.workloads.scenario import Scenario
@@ -203,7 +203,9 @@ class NvmlNodeBackend:
         layouts = list(config.layouts)
         if self.mig_parted is not None:
             return self._apply_mig_parted(layouts)
-        if self.apply and self.mps is not None and self._applied is not None:
+        staged = self.apply and self.mps is not None and self._applied is not None and self.scenario.make_before_break
+        hooks = _StagedClients(self, self._applied, config) if staged else None  # type: ignore[arg-type]
+        if self.apply and self.mps is not None and self._applied is not None and not staged:
             # A busy GI cannot be destroyed: stop the clients of instances that go away first.
             current = self.mig.read_layouts()
             doomed = {(g, gi) for g, (old, new) in enumerate(zip(current, layouts)) for gi in change_plan(old, new).destroyed}
@@ -212,13 +214,17 @@ class NvmlNodeBackend:
                 name for name, p in applied.placements.items()
                 if len(applied.layouts[p.gpu_index]) and (p.gpu_index, applied.layouts[p.gpu_index].instances[p.instance_index]) in doomed
             ])
-        report = self.mig.apply(layouts, dry_run=not self.apply)
+        report = self.mig.apply(layouts, dry_run=not self.apply, moves_to=staged_moves(self._applied, config) if staged else None, hooks=hooks)
         ops = sum(len(g.operations) for g in report.gpus)
         seconds = tuple(g.unavailable_s for g in report.gpus)
         if not report.ok:
+            if hooks is not None and all(g.outcome in ("rolled-back", "skipped", "unchanged") for g in report.gpus):
+                hooks.settle(self._applied)  # every tenant back on its old instance
             return seconds, ops, str(report)
         if not report.dry_run:
             LOG.debug("applied: %s", report)
+        if hooks is not None:
+            hooks.stage_in_kept_instances()
         if self.apply and self.mps is not None:
             uuids = [self.mig.mig_device_uuids(g) for g in range(len(layouts))]
             self.mps.apply(client_targets(config, uuids), dry_run=False)
@@ -273,6 +279,96 @@ class NvmlNodeBackend:
             tenants[t.name] = stats
         self._totals = self._totals + total
         return StepResult(t0, self._time_s, tenants, total, reconfiguration_s, False)
+
+
+def _gi_of(config: Configuration, name: str) -> tuple[int, GpuInstance | None]:
+    """(GPU, GI or None on a GPU without MIG) of a placed tenant."""
+    p = config.placements[name]
+    layout = config.layouts[p.gpu_index]
+    return p.gpu_index, layout.instances[p.instance_index] if len(layout) else None
+
+
+def staged_moves(old: Configuration, new: Configuration) -> list[dict[GpuInstance, set[GpuInstance]]]:
+    """Per GPU, per old GI holding tenants that stay placed, the GIs (on that GPU) they move
+    into: what orders the GI operations make-before-break
+    (:func:`~rlsched.hardware.staged_change_plan`)."""
+    moves: list[dict[GpuInstance, set[GpuInstance]]] = [{} for _ in old.layouts]
+    for name in old.placements.keys() & new.placements.keys():
+        (g, o), (h, n) = _gi_of(old, name), _gi_of(new, name)
+        if o is not None:
+            moves[g].setdefault(o, set()).update({n} if h == g and n is not None else set())
+    return moves
+
+
+class _StagedClients:
+    """The :class:`~rlsched.daemon.nvml_backend.StageHooks` of a make-before-break change:
+    clients start on a new GI right after it exists and the old ones stop once they are
+    ready (:meth:`MpsManager.stage`); clients still on a GI about to go are moved back (in a
+    rollback, to their old GI if it exists) or stopped.
+
+    :param backend: the node backend (its MIG backend, MPS manager, sleep and memory model)
+    :param old: the configuration the clients run now
+    :param new: the configuration being applied
+    """
+
+    def __init__(self, backend: NvmlNodeBackend, old: Configuration, new: Configuration) -> None:
+        self.backend, self.old, self.new = backend, old, new
+        assert backend.mps is not None
+        self.mps: MpsManager = backend.mps
+
+    def _uuid(self, g: int, gi: GpuInstance | None) -> str | None:
+        return self.backend.mig.mig_device_uuids(g, raw=True).get(gi) if gi is not None else None  # type: ignore[arg-type]
+
+    def _target(self, config: Configuration, name: str, uuid: str) -> ClientTarget:
+        p = config.placements[name]
+        mode = config.modes[p.gpu_index][p.instance_index]
+        return ClientTarget(uuid, p.mps_pct if mode == SharingMode.MPS else None)
+
+    def created(self, gpu_index: int, instance: GpuInstance, rollback: bool) -> None:
+        goal = self.old if rollback else self.new
+        uuid = self._uuid(gpu_index, instance)
+        if uuid is None:
+            return
+        names = [n for n in goal.placements if n in self.mps.clients and _gi_of(goal, n) == (gpu_index, instance)]
+        self.mps.stage({n: self._target(goal, n, uuid) for n in names}, self.backend.sleep)
+
+    def before_destroy(self, gpu_index: int, instance: GpuInstance, rollback: bool) -> None:
+        uuid = self._uuid(gpu_index, instance)
+        if uuid is None:
+            return
+        if rollback:  # back to the old GI where it still exists, before this one goes
+            back = {}
+            for name in self.mps.on_device(uuid):
+                if name in self.old.placements:
+                    home = self._uuid(*_gi_of(self.old, name))
+                    if home is not None and home != uuid:
+                        back[name] = self._target(self.old, name, home)
+            self.mps.stage(back, self.backend.sleep)
+        self.mps.stop_tenants(self.mps.on_device(uuid))
+
+    def stage_in_kept_instances(self) -> None:
+        """Tenants whose GI is kept but whose share or mode changes: the new client starts
+        next to the old one when the GI's memory holds the clients there plus the new one."""
+        uuids = [self.backend.mig.mig_device_uuids(g) for g in range(len(self.new.layouts))]
+        wanted = client_targets(self.new, uuids)
+        staged: dict[str, ClientTarget] = {}
+        for name, target in sorted(wanted.items()):
+            running = self.mps.running.get(name)
+            if name not in self.mps.clients or running is None or running[0] == target:
+                continue
+            g, gi = _gi_of(self.new, name)
+            spec = load_gpu(self.new.layouts[g].gpu)
+            capacity = spec.profiles[gi.profile].memory_gib if gi is not None else spec.memory_gib
+            there = [n for n in self.mps.on_device(target.device_uuid)] + list(staged)
+            held = sum(self.backend.memory_gib(n, self.old.placements[n].batch_size) for n in there if n in self.old.placements)
+            if held + self.backend.memory_gib(name, self.new.placements[name].batch_size) <= capacity + 1e-9:
+                staged[name] = target
+        self.mps.stage(staged, self.backend.sleep)
+
+    def settle(self, config: Configuration) -> None:
+        """After a rollback: every tenant's client on its instance of ``config``."""
+        uuids = [self.backend.mig.mig_device_uuids(g) for g in range(len(config.layouts))]
+        self.mps.apply(client_targets(config, uuids), dry_run=False)
 
 
 def make_node_backend(scenario: Scenario, perf_model: PerformanceModelLike, options: Mapping[str, Any]) -> NvmlNodeBackend:

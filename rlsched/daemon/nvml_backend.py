@@ -8,7 +8,11 @@ Rules it follows (``../shared/docs/gpu-facts.md`` sections 1-3):
   specific); what NVML reports is compared with the catalog and every mismatch reported;
 - GIs are created with explicit placements, each with one full-size compute instance (CI);
 - only what the hardware model's minimal change plan names is touched: instances present in
-  both layouts keep running;
+  both layouts keep running; the operations run in make-before-break order
+  (:func:`rlsched.hardware.staged_change_plan`): a GI is created as soon as it fits next to
+  the GIs still serving, an old GI is destroyed once the GIs its tenants move into exist,
+  and :class:`StageHooks` start the new clients after each create and stop the old ones
+  before each destroy (rollbacks included);
 - destroy order is CIs, then the GI; IN_USE (busy instance, leaked DCGM handle) is retried
   with bounded exponential back-off;
 - after applying, the layout is read back and compared; on any failure the GPU is driven
@@ -25,11 +29,11 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from rlsched.errors import RlschedError
 from rlsched.hardware.catalog import GpuSpec, gpu_names, load_gpu
-from rlsched.hardware.layout import ChangePlan, GpuInstance, Layout, change_plan, validate_layout
+from rlsched.hardware.layout import ChangePlan, GpuInstance, Layout, change_plan, staged_change_plan, validate_layout
 
 
 class BackendError(RlschedError):
@@ -458,6 +462,21 @@ class ApplyReport:
 # ---------------------------------------------------------------------------- the backend
 
 
+class StageHooks(Protocol):
+    """What the tenants' clients do around each GI operation of a staged change.
+
+    ``rollback`` is True while the backend drives a GPU back to its last good layout (the
+    goal is then the old configuration)."""
+
+    def created(self, gpu_index: int, instance: GpuInstance, rollback: bool) -> None:
+        """The GI and its compute instance exist: start the clients the goal puts there
+        (next to their running clients), wait until they are ready, switch, stop the old ones."""
+
+    def before_destroy(self, gpu_index: int, instance: GpuInstance, rollback: bool) -> None:
+        """The GI is about to go: move or stop every client still running on it."""
+
+
+
 class NamingNvml:
     """Wraps an NVML module so that every NVMLError it raises names the call (``exc.function``)."""
 
@@ -539,6 +558,8 @@ class NvmlMigBackend:
         self.gpu_types = list(gpu_types) if gpu_types is not None else None
         self.retry, self.sleep, self.clock, self.node_atomic = retry, sleep, clock, node_atomic
         self._devices: list[NvmlDevice] | None = None
+        self._moves_to: Sequence[dict[GpuInstance, set[GpuInstance]]] | None = None  # of the apply in progress
+        self._hooks: StageHooks | None = None
         self.driver_major: int | None = None
 
     def __enter__(self) -> Self:
@@ -610,11 +631,16 @@ class NvmlMigBackend:
         except self.nvml.NVMLError as exc:
             raise BackendError(f"NVML: {describe_nvml_error(exc)}") from exc
 
-    def mig_device_uuids(self, gpu_index: int) -> dict[GpuInstance, str]:
+    def mig_device_uuids(self, gpu_index: int, raw: bool = False) -> dict[GpuInstance, str]:
         """GI -> the ``MIG-...`` UUID of its (first) compute instance: what ``CUDA_VISIBLE_DEVICES`` takes.
 
         Re-read after every reconfiguration: MIG device handles are reused with other properties.
+
+        :param raw: let NVML errors through (from :class:`StageHooks`, inside an apply whose
+            rollback handles them) instead of raising :class:`BackendError`
         """
+        if raw:
+            return self._mig_device_uuids(gpu_index)
         try:
             return self._mig_device_uuids(gpu_index)
         except self.nvml.NVMLError as exc:
@@ -666,8 +692,14 @@ class NvmlMigBackend:
 
     # -------------------------------------------------------------- applying
 
-    def apply(self, targets: Sequence[Layout], dry_run: bool = True) -> ApplyReport:
+    def apply(self, targets: Sequence[Layout], dry_run: bool = True, *,
+              moves_to: Sequence[dict[GpuInstance, set[GpuInstance]]] | None = None, hooks: StageHooks | None = None) -> ApplyReport:
         """Plan, and unless ``dry_run``, carry out the change to ``targets`` (one layout per GPU).
+
+        :param moves_to: per GPU, per old GI holding tenants, the GIs they move into (orders
+            the operations make-before-break, :func:`~rlsched.hardware.staged_change_plan`);
+            None: tenants unknown, create what fits first, then destroy
+        :param hooks: start and stop the tenants' clients around the operations
 
         NVML failures do not raise: each GPU's report says whether it is in the target
         layout (``applied``/``unchanged``), back in the old one (``rolled-back``), or neither
@@ -680,6 +712,7 @@ class NvmlMigBackend:
         except self.nvml.NVMLError as exc:
             raise BackendError(f"NVML, before any change: {describe_nvml_error(exc)}") from exc
         plan = self._plan(targets, observed)
+        self._moves_to, self._hooks = moves_to, hooks
         reports = [GpuApplyReport(p.gpu_index, "planned", p.current, p.target, p.current) for p in plan.gpus]
         if dry_run:
             return ApplyReport(True, plan, reports)
@@ -739,12 +772,26 @@ class NvmlMigBackend:
         taken as it really is. The forward path reuses the read its plan was made from.
         """
         observed_map = {o.instance: o for o in (self._observe(device) if observed is None else observed)}
-        change = change_plan(Layout(device.spec.name, tuple(observed_map)), target)
-        for gi in change.destroyed:
-            for ci in observed_map[gi].compute_instances:
-                self._do(ops, "destroy-ci", gi, rollback, self.nvml.nvmlComputeInstanceDestroy, ci.handle)
-            self._do(ops, "destroy-gi", gi, rollback, self.nvml.nvmlGpuInstanceDestroy, observed_map[gi].handle)
-        for gi in change.created:
+        current = Layout(device.spec.name, tuple(observed_map))
+        change = change_plan(current, target)
+        hooks = self._hooks
+        moves_to = None if rollback or self._moves_to is None else {o: set(t) for o, t in self._moves_to[device.index].items() if o in observed_map}
+        for gi in change.kept:
+            # A CI destroyed by an interrupted apply leaves its GI unusable: give it one back
+            # first, so that clients can move back to it before anything else is destroyed.
+            if not observed_map[gi].compute_instances:
+                self._create_full_ci(device, gi, observed_map[gi].profile_id, observed_map[gi].handle, ops, rollback)
+                if hooks is not None:
+                    hooks.created(device.index, gi, rollback)
+        for op in staged_change_plan(current, target, moves_to).operations:
+            gi = op.instance
+            if op.kind == "destroy":
+                if hooks is not None:
+                    hooks.before_destroy(device.index, gi, rollback)
+                for ci in observed_map[gi].compute_instances:
+                    self._do(ops, "destroy-ci", gi, rollback, self.nvml.nvmlComputeInstanceDestroy, ci.handle)
+                self._do(ops, "destroy-gi", gi, rollback, self.nvml.nvmlGpuInstanceDestroy, observed_map[gi].handle)
+                continue
             profile_id = device.match.profile_ids[gi.profile]
             placement = self.nvml.c_nvmlGpuInstancePlacement_t(gi.start, device.spec.profiles[gi.profile].memory_slices)
             handle = self._do(
@@ -752,10 +799,8 @@ class NvmlMigBackend:
                 device.handle, profile_id, ctypes.byref(placement),
             )
             self._create_full_ci(device, gi, profile_id, handle, ops, rollback)
-        for gi in change.kept:
-            # A CI destroyed by an interrupted apply leaves its GI unusable: give it one back.
-            if not observed_map[gi].compute_instances:
-                self._create_full_ci(device, gi, observed_map[gi].profile_id, observed_map[gi].handle, ops, rollback)
+            if hooks is not None:
+                hooks.created(device.index, gi, rollback)
 
     def _create_full_ci(self, device: NvmlDevice, gi: GpuInstance, profile_id: int, handle: Any, ops: list[Operation], rollback: bool) -> None:
         slices = device.spec.profiles[gi.profile].compute_slices
