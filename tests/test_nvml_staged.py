@@ -72,7 +72,7 @@ class FakeClients:
 def node(fault=None):
     """A node in OLD with both clients ready, then the step to NEW (``fault``: (call, code, after_effect))."""
     tenants = [InferenceTenant(n, "toy-a", slo_ms=50, arrivals=PoissonArrivals(10.0), restart_s=RESTART_S[n]) for n in ("a", "b")]
-    scenario = Scenario("staged", GPU, 1, 600.0, 10.0, tenants, reference=OLD)
+    scenario = Scenario("staged", GPU, 1, 600.0, 10.0, tenants, reference=OLD, make_before_break=True)
     fake = FakeNvml([GPU], layouts=["3g@0,2g@4"])
     runner = FakeClients(fake)
     clients = {n: TenantClient(("serve", n), restart_s=RESTART_S[n]) for n in RESTART_S}

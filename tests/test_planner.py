@@ -145,7 +145,8 @@ def test_make_before_break_prices_a_staged_share_change_by_the_gain_forgone(defa
     rates = RATES[0]
     # The new client starts next to the old one in resnet's 2g (memory holds both): no
     # downtime, and a change worth less than the running option forgoes nothing.
-    assert planner.can_stage("resnet", reference, 0, reference.layouts[0].instances[0], planner.memory_gib("resnet", 16))
-    assert planner.evaluate(halved, rates, reference)[1] == 0.0
-    restart = Planner(dataclasses.replace(default_env.scenario, make_before_break=False), planner.perf, planner.memory_gib)
-    assert restart.evaluate(halved, rates, reference)[1] > 0.0
+    staged = Planner(dataclasses.replace(default_env.scenario, make_before_break=True), planner.perf, planner.memory_gib)
+    assert staged.can_stage("resnet", reference, 0, reference.layouts[0].instances[0], planner.memory_gib("resnet", 16))
+    assert staged.evaluate(halved, rates, reference)[1] == 0.0
+    assert not default_env.scenario.make_before_break  # off by default: the full restart is priced
+    assert planner.evaluate(halved, rates, reference)[1] > 0.0

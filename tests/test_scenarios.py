@@ -91,12 +91,12 @@ def test_bad_scenario_names_file_field_and_value(tmp_path, old, new, field, valu
     assert str(path) in str(info.value)
 
 
-def test_make_before_break_is_on_by_default_and_switchable(tmp_path):
+def test_make_before_break_is_off_by_default_and_switchable(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(GOOD)
-    assert load_scenario(path).make_before_break is True
-    path.write_text(GOOD + "reconfiguration: {make_before_break: false}\n")
     assert load_scenario(path).make_before_break is False
+    path.write_text(GOOD + "reconfiguration: {make_before_break: true}\n")
+    assert load_scenario(path).make_before_break is True
     path.write_text(GOOD + "reconfiguration: {make_before_break: maybe}\n")
     with pytest.raises(ConfigError) as info:
         load_scenario(path)
