@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -337,8 +338,11 @@ def format_suite(result: dict[str, Any]) -> str:
 def scenario_identity(scenario: Scenario) -> dict[str, str]:
     """The scenario's name, file and the SHA-256 of that file's bytes (what a replay checks)."""
     source = Path(scenario.source)
-    digest = hashlib.sha256(source.read_bytes()).hexdigest() if source.is_file() else ""
-    return {"scenario_source": str(source), "scenario_sha256": digest}
+    if not source.is_file():
+        return {"scenario_source": str(source), "scenario_sha256": ""}
+    # Relative to the working directory when inside it, so a result replays in another checkout.
+    shown = os.path.relpath(source) if source.resolve().is_relative_to(Path.cwd().resolve()) else str(source)
+    return {"scenario_source": shown, "scenario_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
 
 
 def trajectories_json(runs: dict[str, list[Episode]]) -> dict[str, Any]:

@@ -74,23 +74,36 @@ def rollout(private: GpuShareEnv, backend_seed: int, policy: Policy) -> tuple[fl
     return private.objective, applied
 
 
-def layout_candidates(env: GpuShareEnv) -> list[Configuration]:
+def layout_candidates(env: GpuShareEnv, rates_rps: dict[str, float] | None = None) -> list[Configuration]:
     """One configuration per maximal layout (the same layout on every GPU), in MPS and in
     priority-fill variants: the busiest tenants get the largest GIs; tenants beyond the
-    number of GIs share the GIs in turn, in equal MPS shares."""
-    gpu = load_gpu(env.scenario.gpu)
-    layouts = enumerate_layouts(gpu, maximal=True) if gpu.mig_supported else [Layout(gpu.name, ())]
+    number of GIs share the GIs in turn, in equal MPS shares.
+
+    :param rates_rps: the inference tenants' rates that rank them (default: their long-run means)
+    """
+    return _layout_candidates(env, _busiest_first(env, rates_rps))
+
+
+def _busiest_first(env: GpuShareEnv, rates_rps: dict[str, float] | None) -> tuple[str, ...]:
+    """Tenant names by the fraction of the whole GPU each needs at its rate (background jobs: half)."""
     model = CapacityModel(env)
     largest = model.profiles()[-1]
 
     def load(t: object) -> float:
-        # Fraction of the whole GPU the tenant needs at its mean rate (background jobs: all).
         if not isinstance(t, InferenceTenant):
             return 0.5
         capacity = model.capacity(t, largest)[0]
-        return t.arrivals.mean_rate_rps() / capacity if capacity > 0 else 1.0
+        rate = t.arrivals.mean_rate_rps() if rates_rps is None else rates_rps[t.name]
+        return rate / capacity if capacity > 0 else 1.0
 
-    tenants = sorted(env.scenario.tenants, key=load, reverse=True)
+    return tuple(t.name for t in sorted(env.scenario.tenants, key=load, reverse=True))
+
+
+def _layout_candidates(env: GpuShareEnv, order: tuple[str, ...]) -> list[Configuration]:
+    gpu = load_gpu(env.scenario.gpu)
+    layouts = enumerate_layouts(gpu, maximal=True) if gpu.mig_supported else [Layout(gpu.name, ())]
+    model = CapacityModel(env)
+    tenants = [env.scenario.tenant(name) for name in order]
     candidates = []
     for layout in layouts:
         count = len(layout) if gpu.mig_supported else 1
@@ -268,7 +281,7 @@ class Hindsight(Policy):
         for c in candidates:  # held from the first step to the last
             seeds.setdefault(f"fixed {_describe(c)}", [c])
         private.reset(seed=0, options={"backend_seed": env.backend_seed})
-        search = HindsightSearch(private, self.block_steps, self.lookahead_steps)
+        search = HindsightSearch(private, self.block_steps, self.lookahead_steps, BlockCandidates(private))
         scored = {name: search.score(configs) for name, configs in seeds.items()}
         best_seed = max(scored, key=lambda name: scored[name])
         trajectory, objective = search.run(list(seeds.values()), candidates, offset=0)
@@ -296,7 +309,8 @@ class HindsightSearch:
     :param lookahead_steps: further intervals each option is simulated to judge it
     """
 
-    def __init__(self, env: GpuShareEnv, block_steps: int, lookahead_steps: int) -> None:
+    def __init__(self, env: GpuShareEnv, block_steps: int, lookahead_steps: int, block_candidates: BlockCandidates | None = None) -> None:
+        self.block_candidates = block_candidates
         self.simulator = env.backend.simulator  # type: ignore[attr-defined]
         self.simulator.freeze_arrivals()
         self.start = self.simulator.snapshot()
@@ -330,7 +344,8 @@ class HindsightSearch:
                 options.setdefault(tuple(map(id, window)), window)
                 for held in {id(c): c for c in window[:block]}.values():
                     options.setdefault((id(held),), [held] * horizon)
-            for c in [*candidates, *([running] if running is not None else [])]:
+            extra = self.block_candidates(sim, horizon) if self.block_candidates is not None else []
+            for c in [*candidates, *extra, *([running] if running is not None else [])]:
                 options.setdefault((id(c),), [c] * horizon)
             best_value, best_window = -math.inf, None
             for window in options.values():
@@ -349,6 +364,27 @@ class HindsightSearch:
     @staticmethod
     def _at(configurations: list[Configuration], step: int) -> Configuration:
         return configurations[min(step, len(configurations) - 1)]
+
+
+class BlockCandidates:
+    """The layout candidates for the coming intervals: tenants ranked by their realised rates
+    there (the recording the search replays), so that a tenant whose peak comes gets the
+    large GI; repaired once per distinct ranking.
+
+    :param env: the private environment of the search (its repair makes candidates exact)
+    """
+
+    def __init__(self, env: GpuShareEnv) -> None:
+        self.env = env
+        self._by_order: dict[tuple[str, ...], list[Configuration]] = {}
+
+    def __call__(self, simulator: object, horizon: int) -> list[Configuration]:
+        windows = simulator.upcoming_rates_rps(horizon)  # type: ignore[attr-defined]
+        rates = {name: float(np.mean([w[name] for w in windows])) for name in windows[0]}
+        order = _busiest_first(self.env, rates)
+        if order not in self._by_order:
+            self._by_order[order] = _unique([self.env.repaired_configuration(c) for c in _layout_candidates(self.env, order)])
+        return self._by_order[order]
 
 
 def _make(name: str) -> Policy:
