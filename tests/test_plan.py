@@ -147,3 +147,14 @@ def test_failed_verification_is_repaired(perf, monkeypatch):
     assert check.passed and len(repairs) == 2
     assert repairs[1]["action"].startswith("re-planned") and planned[-1]["a"] > 400 and planned[-1]["b"] == 150
     assert any("repair" in n for n in plan.notes)
+
+
+def test_json_on_standard_output_is_not_preceded_by_the_solver_banner():
+    """HiGHS prints a banner on the process's standard output (file descriptor 1) when the
+    first solver is created; a subprocess sees exactly what a user's pipe would."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "rlsched.cli.main", "plan", "--gpu", "a100-40gb", "--tenant", "web:resnet50:40:300", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["gpus"] == 1

@@ -8,6 +8,9 @@ that the same model always gives the same solution.
 
 from __future__ import annotations
 
+import os
+import sys
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -132,7 +135,7 @@ class Milp:
             kinds = (highspy.HighsVarType.kInteger, highspy.HighsVarType.kContinuous)
             lp.integrality_ = [kinds[0] if flag else kinds[1] for flag in self._integer]
 
-        highs = highspy.Highs()
+        highs = _new_highs()
         for name, value in {**SOLVER_OPTIONS, **(options or {})}.items():
             highs.setOptionValue(name, value)
         highs.passModel(lp)
@@ -154,3 +157,25 @@ class Milp:
             f"HiGHS returned model status {name} (run status {run_status.name}) for a model of "
             f"{self.num_columns} columns and {self.num_rows} rows"
         )
+
+
+_banner_shown = False
+
+
+def _new_highs() -> highspy.Highs:
+    """A HiGHS instance. HiGHS prints a banner on standard output when a process creates its
+    first one (before any option can switch it off); that first creation writes to /dev/null,
+    so commands whose standard output is JSON or a table stay clean."""
+    global _banner_shown
+    if _banner_shown:
+        return highspy.Highs()
+    _banner_shown = True
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
