@@ -336,13 +336,21 @@ def format_suite(result: dict[str, Any]) -> str:
 
 
 def scenario_identity(scenario: Scenario) -> dict[str, str]:
-    """The scenario's name, file and the SHA-256 of that file's bytes (what a replay checks)."""
+    """The scenario's file and content hash (:func:`scenario_content_hash`; what a replay checks)."""
     source = Path(scenario.source)
     if not source.is_file():
         return {"scenario_source": str(source), "scenario_sha256": ""}
     # Relative to the working directory when inside it, so a result replays in another checkout.
     shown = os.path.relpath(source) if source.resolve().is_relative_to(Path.cwd().resolve()) else str(source)
-    return {"scenario_source": shown, "scenario_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
+    return {"scenario_source": shown, "scenario_sha256": scenario_content_hash(source)}
+
+
+def scenario_content_hash(path: Path) -> str:
+    """SHA-256 of a scenario file's content: its YAML data as canonical JSON, so that editing
+    a comment (e.g. the measured headroom) keeps a result replayable."""
+    import yaml
+
+    return hashlib.sha256(json.dumps(yaml.safe_load(path.read_text()), sort_keys=True).encode()).hexdigest()
 
 
 def trajectories_json(runs: dict[str, list[Episode]]) -> dict[str, Any]:
@@ -383,7 +391,7 @@ def replay(result: dict[str, Any], source: str = "eval JSON", progress: bool = T
         path = Path(res["scenario_source"])
         if not path.is_file():
             raise ConfigError(source, f"{where}.scenario_source", str(path), "no such scenario file")
-        if hashlib.sha256(path.read_bytes()).hexdigest() != res["scenario_sha256"]:
+        if scenario_content_hash(path) != res["scenario_sha256"]:
             raise ConfigError(source, f"{where}.scenario_sha256", res["scenario_sha256"], f"{path} changed since the evaluation")
         env = GpuShareEnv(path, perf_model=res.get("perf_model", "calibrated"))
         names = [t.name for t in env.scenario.tenants]

@@ -101,19 +101,23 @@ def test_paris_elsa_partitions_fit_the_node_so_the_repair_changes_nothing():
     assert row["repair_rate"] == 0.0 and row["goodput"] > 0  # before the fit: every step repaired, 0.61x static-best
 
 
-def test_static_profiled_chooses_on_the_previous_episode_of_the_traces():
-    from rlsched.agents.baselines.hindsight import profiling_scenario
+def test_static_profiled_chooses_on_the_previous_day_of_the_traces():
+    from rlsched.agents.baselines.hindsight import PROFILING_TRACE_S, profiling_scenarios
     from rlsched.agents.evaluation import evaluate
     from rlsched.workloads.scenario import load_scenario
 
-    scenario = load_scenario("diurnal")
-    earlier = profiling_scenario(scenario)
+    scenario = load_scenario("diurnal")  # one hour = one day of its traces (time_warp 24)
+    (earlier,) = profiling_scenarios(scenario)
     for now, before in zip(scenario.tenants, earlier.tenants, strict=True):
         a, b = now.arrivals, before.arrivals
         if hasattr(a, "offset_s"):
-            assert b.offset_s == pytest.approx((a.offset_s - scenario.duration_s * a.time_warp) % a.period_s)
+            assert b.offset_s == pytest.approx((a.offset_s - min(PROFILING_TRACE_S, a.period_s)) % a.period_s)
         else:
             assert b is a
+    half_day = load_scenario(Path(__file__).parents[1] / "configs" / "scenarios" / "suite" / "train-out-of-phase.yaml")
+    profiles = profiling_scenarios(half_day)  # 30 minutes = 12 trace hours: two episodes cover the day
+    shifts = [(t.arrivals.offset_s - p.tenants[0].arrivals.offset_s) % t.arrivals.period_s for p in profiles for t in half_day.tenants[:1]]
+    assert shifts == [PROFILING_TRACE_S, PROFILING_TRACE_S / 2]
     result, _ = evaluate("diurnal", ["static-profiled", "static-best"], episodes=1, seed=0, progress=False)
     goodput = {name: row["goodput"] for name, row in result["policies"].items()}
     assert goodput["static-profiled"] <= goodput["static-best"]  # it chose without seeing this episode

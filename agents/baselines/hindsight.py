@@ -21,7 +21,7 @@ from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.hardware import Layout, enumerate_layouts, load_gpu
 from rlsched.solver.planner import Planner
 from rlsched.workloads.scenario import Scenario
-from rlsched.workloads.tenants import InferenceTenant
+from rlsched.workloads.tenants import InferenceTenant, Tenant
 
 #: Decision intervals of true future rates the planner of the hindsight portfolio looks ahead.
 TRUE_RATE_LOOKAHEAD = 3
@@ -130,17 +130,24 @@ def _layout_candidates(env: GpuShareEnv, order: tuple[str, ...]) -> list[Configu
     return candidates
 
 
-def best_fixed_configuration(private: GpuShareEnv, backend_seed: int | None) -> tuple[float, Configuration]:
-    """(episode objective, configuration) of the best fixed configuration on ``private``'s
-    episode from ``backend_seed``: one per maximal layout (MPS and priority-fill variants,
-    busiest tenants in the largest GIs, batches that fit half the SLO) and the fixed
-    decisions of the static baselines."""
+def best_fixed_configuration(episodes: list[tuple[GpuShareEnv, int | None]]) -> tuple[float, Configuration]:
+    """(objective, configuration) of the best fixed configuration over ``episodes`` (private
+    environments and backend seeds; the objective summed over them): one per maximal layout
+    (MPS and priority-fill variants, busiest tenants in the largest GIs, batches that fit half
+    the SLO) and the fixed decisions of the static baselines."""
     from rlsched.agents.baselines import make_policy
 
-    plans: list[Policy] = [FixedConfiguration(c) for c in layout_candidates(private)]
+    first = episodes[0][0]
+    plans: list[Policy] = [FixedConfiguration(c) for c in layout_candidates(first)]
     plans += [make_policy(name) for name in STATIC_POLICIES]
-    objective, applied = max((rollout(private, backend_seed, plan) for plan in plans), key=lambda r: r[0])
-    return objective, applied[-1]  # the static baselines apply one configuration every step (after the repair)
+    best: tuple[float, Configuration] | None = None
+    for plan in plans:
+        runs = [rollout(env, seed, plan) for env, seed in episodes]
+        total = sum(objective for objective, _ in runs)
+        if best is None or total > best[0]:
+            best = (total, runs[0][1][-1])  # the static baselines apply one configuration every step (after the repair)
+    assert best is not None
+    return best
 
 
 class StaticBest(Policy):
@@ -160,47 +167,67 @@ class StaticBest(Policy):
     name = "static-best"
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.objective_in_hindsight, self.configuration = best_fixed_configuration(replay_env(env), env.backend_seed)
+        self.objective_in_hindsight, self.configuration = best_fixed_configuration([(replay_env(env), env.backend_seed)])
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         return self.configuration
 
 
-#: Added to the evaluation episode's backend seed for the profiling episode of static-profiled.
+#: Added to the evaluation episode's backend seed for the profiling episodes of static-profiled.
 PROFILING_SEED_OFFSET = 1_000_003
+#: Trace time static-profiled profiles: the day before the evaluated episode, seconds.
+PROFILING_TRACE_S = 86_400.0
+#: At most this many profiling episodes (each as long as the evaluated one).
+MAX_PROFILING_EPISODES = 4
 
 
-def profiling_scenario(scenario: Scenario) -> Scenario:
-    """The scenario one episode earlier: every trace (and diurnal series) replayed from one
-    episode duration before the evaluation's start ("last week's traffic"), the rest as is."""
-    tenants = []
-    for t in scenario.tenants:
-        arrivals = getattr(t, "arrivals", None)
-        if all(hasattr(arrivals, a) for a in ("offset_s", "time_warp", "period_s")):
-            earlier = copy.deepcopy(arrivals)
-            earlier.offset_s = (arrivals.offset_s - scenario.duration_s * arrivals.time_warp) % arrivals.period_s
-            t = dataclasses.replace(t, arrivals=earlier)
-        tenants.append(t)
-    return dataclasses.replace(scenario, tenants=tenants)
+def profiling_scenarios(scenario: Scenario) -> list[Scenario]:
+    """The day before the evaluated episode, in episodes of its length: every trace (and
+    diurnal series) replayed from :data:`PROFILING_TRACE_S` of trace time earlier (a synthetic
+    series whose period is shorter: one period earlier), one episode after another until that
+    day is covered (at most :data:`MAX_PROFILING_EPISODES`); other arrival processes as they
+    are. A trace that holds one day only replays the same hours."""
+    traced = [t for t in scenario.tenants if all(hasattr(getattr(t, "arrivals", None), a) for a in ("offset_s", "time_warp", "period_s"))]
+
+    def day_s(t: Tenant) -> float:  # a synthetic daily pattern's day is its period
+        return min(PROFILING_TRACE_S, t.arrivals.period_s)
+
+    count = max((math.ceil(day_s(t) / (scenario.duration_s * t.arrivals.time_warp) - 1e-9) for t in traced), default=1)
+    count = max(1, min(MAX_PROFILING_EPISODES, count))
+    profiles = []
+    for k in range(count):
+        tenants = []
+        for t in scenario.tenants:
+            if t in traced:
+                earlier = copy.deepcopy(t.arrivals)
+                shift_s = day_s(t) - k * scenario.duration_s * t.arrivals.time_warp
+                earlier.offset_s = (t.arrivals.offset_s - shift_s) % t.arrivals.period_s
+                t = dataclasses.replace(t, arrivals=earlier)
+            tenants.append(t)
+        profiles.append(dataclasses.replace(scenario, tenants=tenants))
+    return profiles
 
 
 class StaticProfiled(Policy):
-    """The best fixed configuration chosen on a profiling episode, then held: what an operator
-    does (profile last week's traffic, fix the partition).
+    """The best fixed configuration chosen on the previous day's traffic, then held: what an
+    operator does (profile past traffic, fix the partition).
 
-    The same candidates as ``static-best``, scored on :func:`profiling_scenario` (the traces'
-    previous episode) with other random arrivals (backend seed + :data:`PROFILING_SEED_OFFSET`),
-    so, unlike static-best, it never sees the evaluated episode. No paper's algorithm: the
-    static deployment MISO and MIGRator compare against; departs from them in choosing among
-    rlsched's heuristic candidates (see static-best) rather than an exhaustive search.
+    The same candidates as ``static-best``, scored over :func:`profiling_scenarios` (the day of
+    trace time before the evaluated episode) with other random arrivals (backend seed +
+    :data:`PROFILING_SEED_OFFSET` + k), so, unlike static-best, it never sees the evaluated
+    episode. No paper's algorithm: the static deployment MISO and MIGRator compare against;
+    departs from them in choosing among rlsched's heuristic candidates (see static-best)
+    rather than an exhaustive search.
     """
 
     name = "static-profiled"
 
     def reset(self, env: GpuShareEnv) -> None:
-        profile = GpuShareEnv(profiling_scenario(env.scenario), backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
-        seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
-        self.objective_profiled, self.configuration = best_fixed_configuration(profile, seed)
+        episodes = []
+        for k, scenario in enumerate(profiling_scenarios(env.scenario)):
+            profile = GpuShareEnv(scenario, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
+            episodes.append((profile, None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET + k))
+        self.objective_profiled, self.configuration = best_fixed_configuration(episodes)
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         return self.configuration
