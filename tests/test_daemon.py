@@ -166,6 +166,12 @@ def test_bad_config_names_file_field_and_value_and_exits_2(tmp_path, capsys):
     assert main(["serve", "--backend", "sim", "--metrics-addr", "localhost:99999", "--cycles", "1"]) == 2
 
 
+@pytest.mark.parametrize("policy", ["static-best", "hindsight"])
+def test_policies_that_need_the_episode_in_hindsight_are_refused(policy, capsys):
+    assert main(["serve", "--backend", "sim", "--policy", policy, "--cycles", "1"]) == 2
+    assert "in hindsight" in capsys.readouterr().err
+
+
 def test_bundled_daemon_configs_load():
     root = Path(rlsched.envs.__file__).parents[1] / "configs" / "daemon"
     for path in sorted(root.glob("*.yaml")):

@@ -41,6 +41,10 @@ class Verdict:
     detail: str = ""
 
 
+#: Baselines that replay the whole episode before acting: they exist only in evaluation.
+HINDSIGHT_ONLY = ("static-best", "hindsight")
+
+
 def ppo_available() -> bool:
     """Whether the shipped PPO policy is installed here."""
     from rlsched.agents.onnx_policy import SHIPPED_POLICY
@@ -59,6 +63,9 @@ def build_policy(name: str, path: str | None = None) -> Policy:
 
         takeover = name[len("ppo"):]  # "" or "@P"
         return PpoPolicy(f"ppo:{path}{takeover}" if path else name)
+    if name in HINDSIGHT_ONLY:
+        raise ConfigError("daemon config", "policy", name, "knows the episode in hindsight (an evaluation reference, not a deployable policy); "
+                          "static-profiled holds a configuration chosen on past traffic")
     return make_policy(name)
 
 
