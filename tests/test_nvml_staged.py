@@ -125,3 +125,59 @@ def test_a_fault_at_any_call_loses_no_instance_and_no_tenant_waits_longer_than_i
         assert sum(q.tenant == tenant and q.stopped_s is None for q in runner.processes) == 1
         assert runner.longest_gap_s(tenant, started, fake.clock()) <= RESTART_S[tenant] + 1e-9
     assert not backend.mps.staging
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["make-before-break", "full-restart"])
+def test_the_daemon_serving_with_apply_performs_a_staged_change_end_to_end(tmp_path, staged):
+    """`rlsched serve --backend nvml --apply` against the fake: the first cycle deploys OLD, the
+    second decides NEW, and the daemon's apply stages it (no tenant without a ready client);
+    with the scenario's switch off, b stops before its new client is ready."""
+    from rlsched.agents.baselines import Policy
+    from rlsched.daemon.config import DaemonConfig
+    from rlsched.daemon.loop import Daemon
+
+    scenario = tmp_path / "staged.yaml"
+    scenario.write_text(f"""name: staged
+gpu: {GPU}
+duration_s: 600
+decision_interval_s: 10
+reconfiguration: {{make_before_break: {str(staged).lower()}}}
+tenants:
+  - {{name: a, model: resnet50, slo_ms: 50, restart_s: {RESTART_S["a"]}, arrivals: {{kind: poisson, rate_rps: 10}}}}
+  - {{name: b, model: alexnet, slo_ms: 30, restart_s: {RESTART_S["b"]}, arrivals: {{kind: poisson, rate_rps: 10}}}}
+reference:
+  layouts: ["3g.20gb@0,2g.10gb@4"]
+  placements: {{a: {{instance: 0, batch_size: 8}}, b: {{instance: 1, batch_size: 8}}}}
+""")
+    fake = FakeNvml([GPU], layouts=["3g@0,2g@4"])
+
+    class Scripted(Policy):
+        """OLD at the first cycle, NEW from the second on (remembering when NEW was decided)."""
+
+        name = "scripted"
+        decided_new_s: float | None = None
+
+        def act(self, observation, env):
+            if self.decided_new_s is None and getattr(self, "deployed", False):
+                self.decided_new_s = fake.clock()
+            self.deployed = True
+            return NEW if self.decided_new_s is not None else OLD
+
+    runner = FakeClients(fake)
+    clients = {n: TenantClient(("serve", n), restart_s=RESTART_S[n]) for n in RESTART_S}
+    config = DaemonConfig(scenario=str(scenario), backend="nvml", apply=True, cycles=2, policy="migrator-ilp", metrics_addr=None,
+                          observation_tolerance=1e9, source=str(tmp_path / "daemon.yaml"))
+    seen: list[str] = []
+    daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock, "telemetry": False,
+                                             "mps": MpsManager(clients, runner=runner, base_env={})},
+                    on_cycle=lambda d: seen.append(fake.layout(0).spec()))
+    daemon.guard.policy = scripted = Scripted()
+    assert daemon.run() == 0 and daemon.fallbacks == 0
+    assert seen == ["3g.20gb@0,2g.10gb@4", "3g.20gb@0,1g.5gb@6"]
+    gaps = {tenant: runner.longest_gap_s(tenant, scripted.decided_new_s, fake.clock()) for tenant in RESTART_S}
+    if staged:
+        assert gaps == {"a": 0.0, "b": 0.0}  # every tenant always had a ready client
+        b_old, b_new = [p for p in runner.processes if p.tenant == "b"]
+        assert b_new.ready_s <= b_old.stopped_s and b_new.stopped_s is None
+    else:
+        assert gaps["b"] >= RESTART_S["b"]  # stopped, then restarted on its new GI
