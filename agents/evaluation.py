@@ -242,7 +242,7 @@ def evaluate(
     result: dict[str, Any] = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table}
     if family is None:
         result.update(scenario_identity(env.scenario), perf_model=perf_model if isinstance(perf_model, str) else type(perf_model).__name__)
-    if "goodput_vs_static_best" in table.get("hindsight", {}) and table["hindsight"]["goodput_vs_static_best"] is not None:
+    if table.get("hindsight", {}).get("goodput_vs_static_best") is not None:
         result["headroom"] = table["hindsight"]["goodput_vs_static_best"]
     paired = paired_comparison(table)
     if paired is not None:

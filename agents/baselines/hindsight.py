@@ -135,11 +135,8 @@ def best_fixed_configuration(episodes: list[tuple[GpuShareEnv, int | None]]) -> 
     environments and backend seeds; the objective summed over them): one per maximal layout
     (MPS and priority-fill variants, busiest tenants in the largest GIs, batches that fit half
     the SLO) and the fixed decisions of the static baselines."""
-    from rlsched.agents.baselines import make_policy
-
-    first = episodes[0][0]
-    plans: list[Policy] = [FixedConfiguration(c) for c in layout_candidates(first)]
-    plans += [make_policy(name) for name in STATIC_POLICIES]
+    plans: list[Policy] = [FixedConfiguration(c) for c in layout_candidates(episodes[0][0])]
+    plans += [_make(name) for name in STATIC_POLICIES]
     best: tuple[float, Configuration] | None = None
     for plan in plans:
         runs = [rollout(env, seed, plan) for env, seed in episodes]
