@@ -30,8 +30,12 @@ class ParisElsa(Policy):
     (shrunk until they pack, grown until the GPU is used: :func:`fit_to_node`), and
     batching is the simulator's dynamic batcher capped at ELSA's SLA-feasible batch (half
     the SLO budgeted for execution). PARIS has no retraining or best-effort jobs: they get
-    a smallest GI each, which the repair changes when their memory does not fit it (repair
-    rate 1.00 on cl-drift and best-effort-tuning; 0 on inference-only nodes).
+    a smallest GI each, which the repair changes when their memory does not fit it. The
+    sizes are requests, not an exact layout: where the packing differs from the running
+    layout, the repair may keep the running one rather than pay the moves, every step
+    (repair rate 0 on diurnal, default, mixed-priorities and steady; 1.00 on cl-drift,
+    best-effort-tuning and 6 of the 10 suite scenarios). Requesting the packed layout as an
+    exact configuration would remove that.
     """
 
     name = "paris-elsa"
