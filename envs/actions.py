@@ -33,18 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium import spaces
 
-from rlsched.decision import Configuration, SharingMode
+from rlsched.decision import BATCH_LEVELS, SHARE_LEVELS_PCT, Configuration, SharingMode
 from rlsched.errors import ConfigError
 from rlsched.hardware import load_gpu
 from rlsched.solver import NON_MIG_COMPUTE_SLICES, RepairProblem, TenantRequest
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import InferenceTenant
 
-#: MPS share levels, percent of the GI (12.5% steps: fine enough to co-locate up to 8
-#: tenants in one GI, coarse enough to learn).
-SHARE_LEVELS_PCT: tuple[float, ...] = (12.5, 25.0, 37.5, 50.0, 62.5, 75.0, 87.5, 100.0)
-#: Batch size levels (powers of two, as servers configure them).
-BATCH_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 #: Sharing modes, in the order of the ``mode`` component.
 MODES: tuple[SharingMode, ...] = tuple(SharingMode)
 #: The five components of one tenant's request, in action order.

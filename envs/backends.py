@@ -2,7 +2,7 @@
 
 The environment talks to a :class:`Backend` only (reset, step, observe, memory needs), so
 the same environment and policies run on the simulator (``"sim"``, :class:`SimBackend`)
-and on real GPUs through NVML (``"nvml"``: :class:`rlsched.daemon.node.NvmlNodeBackend`,
+and on real GPUs through NVML (``"nvml"``: :class:`rlsched.envs.node_backends.NvmlNodeBackend`,
 configured with ``backend_options``).
 """
 
@@ -137,7 +137,7 @@ def make_backend(backend: str | Backend, scenario: Scenario, perf_model: str | P
     """A backend by name (``"sim"``, ``"nvml"``) or an object that already is one.
 
     :param options: keyword options of the named backend (``"nvml"``: those of
-        :class:`rlsched.daemon.node.NvmlNodeBackend`, e.g. ``nvml``, ``apply``, ``source``)
+        :class:`rlsched.envs.node_backends.NvmlNodeBackend`, e.g. ``nvml``, ``apply``, ``source``)
     """
     if not isinstance(backend, str):
         return backend
@@ -146,7 +146,7 @@ def make_backend(backend: str | Backend, scenario: Scenario, perf_model: str | P
             raise ConfigError("environment", "backend_options", dict(options), "the sim backend takes no options")
         return SimBackend(scenario, performance_model(perf_model))
     if backend == "nvml":
-        from rlsched.daemon.node import make_node_backend  # the daemon imports the env: import late
+        from rlsched.envs.node_backends import make_node_backend  # it builds on this module (SimBackend): import late
 
         return make_node_backend(scenario, performance_model(perf_model), options or {})
     raise ConfigError("environment", "backend", backend, f"allowed: {', '.join(BACKENDS)}, or a Backend object")

@@ -48,7 +48,7 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
 
     :param scenario: a bundled scenario name (``"default"``), a YAML path, or a Scenario
     :param backend: ``"sim"`` (the request-level simulator), ``"nvml"`` (a real node, see
-        :class:`rlsched.daemon.node.NvmlNodeBackend`) or a :class:`Backend` object
+        :class:`rlsched.envs.node_backends.NvmlNodeBackend`) or a :class:`Backend` object
     :param backend_options: keyword options of the named backend (``"nvml"``: NVML module,
         ``apply``, observation ``source``, ...)
     :param perf_model: ``"calibrated"``, ``"toy"`` or a performance model object (sim backend)

@@ -16,6 +16,14 @@ from rlsched.hardware.catalog import load_gpu
 from rlsched.hardware.layout import Layout, layout_violation
 
 
+#: MPS share levels a decision may give a tenant, percent of its GI (12.5% steps: fine enough
+#: to co-locate up to 8 tenants in one GI, coarse enough to learn). The action space, the
+#: planner and the capacity planner all choose among these.
+SHARE_LEVELS_PCT: tuple[float, ...] = (12.5, 25.0, 37.5, 50.0, 62.5, 75.0, 87.5, 100.0)
+#: Batch sizes a decision may give a tenant (powers of two, as servers configure them).
+BATCH_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+
+
 class SharingMode(str, enum.Enum):
     """How the tenants placed in one GPU instance share it.
 

@@ -24,9 +24,9 @@ import rlsched.envs
 from rlsched.agents.baselines import Policy
 from rlsched.cli.main import main
 from rlsched.daemon.config import DaemonConfig, load_daemon_config
-from rlsched.daemon.fake_nvml import FakeNvml
+from rlsched.node.fake_nvml import FakeNvml
 from rlsched.daemon.loop import Daemon
-from rlsched.daemon.sources import Endpoint, PrometheusSource, parse_triton
+from rlsched.node.sources import Endpoint, PrometheusSource, parse_triton
 from rlsched.daemon.state import DaemonState
 from rlsched.errors import ConfigError
 from rlsched.workloads.scenario import load_scenario
@@ -424,8 +424,8 @@ def test_deployment_files_are_valid_and_keep_their_promises():
 
 
 def test_nvml_telemetry_reads_per_instance_memory_from_the_fake():
-    from rlsched.daemon.fake_nvml import FakeNvml
-    from rlsched.daemon.sources import NvmlTelemetry
+    from rlsched.node.fake_nvml import FakeNvml
+    from rlsched.node.sources import NvmlTelemetry
 
     fake = FakeNvml(["a100-40gb"], layouts=["3g@0,2g@4,1g@6"])
     fake.nvmlInit()

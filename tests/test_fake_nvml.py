@@ -6,7 +6,7 @@ import inspect
 import pynvml
 import pytest
 
-from rlsched.daemon.fake_nvml import FakeNvml
+from rlsched.node.fake_nvml import FakeNvml
 from rlsched.hardware import load_gpu
 
 IN_USE, INSUFFICIENT, INVALID = pynvml.NVML_ERROR_IN_USE, pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, pynvml.NVML_ERROR_INVALID_ARGUMENT

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from rlsched.daemon.mig_parted_backend import MigPartedBackend
+from rlsched.node.mig_parted_backend import MigPartedBackend
 from rlsched.errors import ConfigError
 from rlsched.hardware import LayoutError, parse_layout
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsched.daemon.mps import (
+from rlsched.node.mps import (
     MPS_CONTROL,
     ClientTarget,
     MpsError,
@@ -140,8 +140,8 @@ def test_the_real_runner_passes_argument_lists_without_a_shell(monkeypatch):
 
 def test_a_decision_applied_end_to_end_on_the_fake_node(tmp_path):
     """The daemon loop's order: stop tenants of destroyed instances, MIG, UUIDs, MPS."""
-    from rlsched.daemon.fake_nvml import FakeNvml
-    from rlsched.daemon.nvml_backend import NvmlMigBackend
+    from rlsched.node.fake_nvml import FakeNvml
+    from rlsched.node.nvml_backend import NvmlMigBackend
 
     fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
     backend = NvmlMigBackend(fake, sleep=fake.sleep, clock=fake.clock)

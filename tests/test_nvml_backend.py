@@ -7,8 +7,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from rlsched.daemon.fake_nvml import FakeNvml
-from rlsched.daemon.nvml_backend import BackendError, NvmlMigBackend, RetryPolicy
+from rlsched.node.fake_nvml import FakeNvml
+from rlsched.node.nvml_backend import BackendError, NvmlMigBackend, RetryPolicy
 from rlsched.hardware import LayoutError, load_gpu, parse_layout
 
 #: The daemon decides every few seconds; a tenant must get an instance back within one interval.

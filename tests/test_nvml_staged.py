@@ -4,10 +4,10 @@ client, switch, stop the old, destroy) against the fake NVML, with a fault at ev
 import pynvml
 import pytest
 
-from rlsched.daemon.fake_nvml import FakeNvml
-from rlsched.daemon.mps import MpsManager, TenantClient
-from rlsched.daemon.node import ApplyError, NvmlNodeBackend
-from rlsched.daemon.nvml_backend import BackendError
+from rlsched.node.fake_nvml import FakeNvml
+from rlsched.node.mps import MpsManager, TenantClient
+from rlsched.envs.node_backends import ApplyError, NvmlNodeBackend
+from rlsched.node.nvml_backend import BackendError
 from rlsched.decision import Configuration, SharingMode, TenantPlacement
 from rlsched.hardware import parse_layout
 from rlsched.simulator.testing import FakePerformanceModel

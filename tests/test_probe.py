@@ -9,8 +9,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from rlsched.daemon.fake_nvml import FakeNvml
-from rlsched.daemon.probe import NoDriverError, probe_node
+from rlsched.node.fake_nvml import FakeNvml
+from rlsched.node.probe import NoDriverError, probe_node
 
 RLSCHED = shutil.which("rlsched") or str(Path(sys.executable).parent / "rlsched")
 
@@ -68,7 +68,7 @@ def test_probe_cli_on_the_fake_prints_json_and_text():
 
 
 def test_an_nvml_failure_while_probing_is_one_clear_error():
-    from rlsched.daemon.nvml_backend import BackendError
+    from rlsched.node.nvml_backend import BackendError
 
     fake = FakeNvml(["a100-40gb"])
     fake.inject_fault(3, pynvml.NVML_ERROR_GPU_IS_LOST, persistent=True)

@@ -17,11 +17,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rlsched.decision import Configuration, SharingMode, TenantPlacement
+from rlsched.decision import BATCH_LEVELS, Configuration, SharingMode, TenantPlacement
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, load_gpu
 from rlsched.simulator.perf import CoRunner
 from rlsched.solver import TenantRequest
+from rlsched.solver.igniter import EXECUTION_BUDGET_FRACTION
 from rlsched.workloads.tenants import InferenceTenant, Tenant
 
 #: Batch size of a tenant the scenario's reference does not place.
@@ -128,10 +129,6 @@ class LatencyTable:
         return self._cache[key]
 
 
-#: iGniter's split of the SLO: half for queueing, half for executing a batch.
-EXECUTION_BUDGET_FRACTION = 0.5
-
-
 class CapacityModel:
     """What a tenant can serve where, from the performance model (used by the planners).
 
@@ -163,8 +160,6 @@ class CapacityModel:
         """(requests/s it sustains within half its SLO, the batch that achieves it)."""
         key = (t.name, profile, mps_pct, mode, colocated)
         if key not in self._cache:
-            from rlsched.envs.actions import BATCH_LEVELS
-
             best = (0.0, 1)
             for batch in BATCH_LEVELS:
                 if batch > t.max_batch:

@@ -206,11 +206,11 @@ def _replay(path: str, replay: Callable[..., list[dict]]) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Report what NVML sees (read-only); exit 2 without an NVIDIA driver."""
-    from rlsched.daemon.probe import probe_node
+    from rlsched.node.probe import probe_node
 
     nvml = None
     if args.fake:
-        from rlsched.daemon.fake_nvml import FakeNvml
+        from rlsched.node.fake_nvml import FakeNvml
 
         gpus, layouts = zip(*(item.partition(":")[::2] for item in args.fake))
         nvml = FakeNvml(list(gpus), layouts=list(layouts))

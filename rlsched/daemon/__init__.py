@@ -1,7 +1,8 @@
-"""The hardware-facing half of the daemon: MIG through NVML, MPS shares, mig-parted, probing.
+"""The policy daemon (``rlsched serve``): every interval, observe the node, decide (the
+guarded policy, the ILP planner as its fallback), repair and apply, and report.
 
-``nvml_backend`` reads and changes MIG layouts through NVML; ``fake_nvml`` is the in-memory
-NVML the tests (and demos) run it against; ``mps`` restarts tenants' clients with their MPS
-share; ``mig_parted_backend`` writes mig-parted configs and the Kubernetes node label;
-``probe`` reports what NVML sees.
+It sits at the top of the package: it drives :class:`rlsched.envs.gpushare.GpuShareEnv`
+with a node backend (:mod:`rlsched.envs.node_backends`) and a policy from
+:mod:`rlsched.agents`; the hardware-facing parts (NVML, MPS, telemetry) are in
+:mod:`rlsched.node`.
 """

@@ -22,7 +22,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, metrics_addr=None)
     options: dict[str, Any] = {}
     if args.fake_nvml:
-        from rlsched.daemon.fake_nvml import FakeNvml
+        from rlsched.node.fake_nvml import FakeNvml
 
         gpus, layouts = zip(*(item.partition(":")[::2] for item in args.fake_nvml))
         fake = FakeNvml(list(gpus), layouts=list(layouts))

@@ -26,7 +26,7 @@ from typing import Any
 from rlsched.agents.baselines import apply as apply_decision
 from rlsched.daemon.config import DaemonConfig
 from rlsched.daemon.monitoring import InstanceSample, PrometheusExporter, TensorBoardLog, cycle_metrics
-from rlsched.daemon.node import ApplyError, NvmlNodeBackend, SimNodeBackend
+from rlsched.envs.node_backends import ApplyError, NvmlNodeBackend, SimNodeBackend
 from rlsched.daemon.policies import GuardedPolicy, Verdict, build_policy
 from rlsched.daemon.state import DaemonState
 from rlsched.envs.backends import performance_model, resolve_scenario
@@ -93,16 +93,16 @@ class Daemon:
         options.setdefault("interval_s", config.interval_s)
         options.setdefault("gpu_types", config.gpu_types)
         if "source" not in options and config.observations.get("source") == "prometheus":
-            from rlsched.daemon.sources import PrometheusSource, endpoints_from_config
+            from rlsched.node.sources import PrometheusSource, endpoints_from_config
 
             endpoints = endpoints_from_config(config.observations.get("endpoints"), config.source)
             options["source"] = PrometheusSource(self.scenario, endpoints, float(config.observations.get("timeout_s", 2.0)), clock=options.get("clock", time.monotonic))
         if config.clients and "clients" not in options:
-            from rlsched.daemon.mps import TenantClient
+            from rlsched.node.mps import TenantClient
 
             options["clients"] = {name: TenantClient(tuple(c["argv"]), c.get("env", {}), float(c.get("restart_s", 0.0))) for name, c in config.clients.items()}
         if config.backend == "mig-parted" and "mig_parted" not in options:
-            from rlsched.daemon.mig_parted_backend import MigPartedBackend
+            from rlsched.node.mig_parted_backend import MigPartedBackend
 
             options["mig_parted"] = MigPartedBackend(config.mig_parted["config_path"], node=config.mig_parted.get("node"))
         return GpuShareEnv(self.scenario, backend="nvml", perf_model=perf, backend_options=options)

@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from rlsched.decision import Configuration, SharingMode, TenantPlacement
-from rlsched.envs.actions import BATCH_LEVELS  # the batch sizes a plan may give: the action space's levels
+from rlsched.decision import BATCH_LEVELS, Configuration, SharingMode, TenantPlacement
 from rlsched.errors import ConfigError
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, load_gpu
 from rlsched.perfmodel import CoRunner, PerformanceModel
@@ -531,11 +530,11 @@ def max_rate_rps(table: OptionTable, model: str, slo_ms: float) -> float:
 
 
 def plan_igniter(services: Sequence[ServiceSpec], gpu: str, perf: PerformanceModel, table: OptionTable | None = None) -> CapacityPlan:
-    """The iGniter-style greedy's plan (:class:`~rlsched.agents.baselines.igniter.IgniterGreedy`:
+    """The iGniter-style greedy's plan (:class:`~rlsched.solver.igniter.IgniterGreedy`:
     least share per SLO, placement by interference, a new GPU when a service fits nowhere),
     each GPU one whole-device instance shared with MPS; same checks and output as
     :func:`plan_capacity`."""
-    from rlsched.agents.baselines.igniter import IgniterGreedy
+    from rlsched.solver.igniter import IgniterGreedy  # it imports this module's share step
 
     started = time.perf_counter()
     table = table or OptionTable(gpu, perf)

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlsched.decision import Configuration, SharingMode, TenantPlacement
+from rlsched.decision import BATCH_LEVELS, SHARE_LEVELS_PCT, Configuration, SharingMode, TenantPlacement
 from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
@@ -150,8 +150,6 @@ class Planner:
     """
 
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float]) -> None:
-        from rlsched.envs.actions import BATCH_LEVELS, SHARE_LEVELS_PCT  # the action space's levels: one source
-
         self.scenario = scenario
         self.perf = perf_model
         self.memory_gib = memory_gib

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlsched.daemon.nvml_backend import (
+from rlsched.node.nvml_backend import (
     BackendError,
     InstanceReader,
     NamingNvml,

@@ -237,7 +237,7 @@ class InstanceTelemetry:
 class NvmlTelemetry:
     """Read-only NVML telemetry per MIG device; functions a driver (or pynvml version) lacks are skipped.
 
-    :param nvml: the pynvml module or a stand-in (:class:`~rlsched.daemon.fake_nvml.FakeNvml`)
+    :param nvml: the pynvml module or a stand-in (:class:`~rlsched.node.fake_nvml.FakeNvml`)
     """
 
     def __init__(self, nvml: Any) -> None:

@@ -6,10 +6,10 @@ backend="nvml", backend_options={...})`` and ``rlsched serve`` share one code pa
 environment repairs the decision, the backend applies it and reports the interval.
 
 :class:`NvmlNodeBackend` steps take real time: the configuration's MIG layouts are applied
-through :class:`~rlsched.daemon.nvml_backend.NvmlMigBackend` (a dry run unless ``apply``),
-MPS shares through :class:`~rlsched.daemon.mps.MpsManager` (tenants whose instance goes away
+through :class:`~rlsched.node.nvml_backend.NvmlMigBackend` (a dry run unless ``apply``),
+MPS shares through :class:`~rlsched.node.mps.MpsManager` (tenants whose instance goes away
 are stopped first), then the backend waits out the decision interval and reads the
-observation source (:class:`~rlsched.daemon.sources.PrometheusSource`) and NVML telemetry.
+observation source (:class:`~rlsched.node.sources.PrometheusSource`) and NVML telemetry.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlsched.daemon.mig_parted_backend import MigPartedBackend
-from rlsched.daemon.mps import ClientTarget, MpsManager, TenantClient, client_targets
-from rlsched.daemon.nvml_backend import NvmlMigBackend, RetryPolicy
-from rlsched.daemon.sources import InstanceTelemetry, NvmlTelemetry, PrometheusSource, SourceError
+from rlsched.node.mig_parted_backend import MigPartedBackend
+from rlsched.node.mps import ClientTarget, MpsManager, TenantClient, client_targets
+from rlsched.node.nvml_backend import NvmlMigBackend, RetryPolicy
+from rlsched.node.sources import InstanceTelemetry, NvmlTelemetry, PrometheusSource, SourceError
 from rlsched.decision import Configuration, SharingMode
 from rlsched.envs.backends import SimBackend, TenantMemory
 from rlsched.errors import RlschedError
@@ -83,7 +83,7 @@ class SimNodeBackend(SimBackend):
 
 
 class NvmlNodeBackend:
-    """A node of real GPUs (or :class:`~rlsched.daemon.fake_nvml.FakeNvml`) as an environment backend.
+    """A node of real GPUs (or :class:`~rlsched.node.fake_nvml.FakeNvml`) as an environment backend.
 
     :param scenario: the node (GPU type and count) and its tenants
     :param perf_model: memory needs of tenants (the repair packs with them)
@@ -301,7 +301,7 @@ def staged_moves(old: Configuration, new: Configuration) -> list[dict[GpuInstanc
 
 
 class _StagedClients:
-    """The :class:`~rlsched.daemon.nvml_backend.StageHooks` of a make-before-break change:
+    """The :class:`~rlsched.node.nvml_backend.StageHooks` of a make-before-break change:
     clients start on a new GI right after it exists and the old ones stop once they are
     ready (:meth:`MpsManager.stage`); clients still on a GI about to go are moved back (in a
     rollback, to their old GI if it exists) or stopped.

@@ -1,7 +1,7 @@
 """MIG through NVML: read a node's layouts, plan the minimal change, apply it safely.
 
 The backend talks to the ``pynvml`` module of ``nvidia-ml-py`` (or to anything with the same
-functions, such as :class:`rlsched.daemon.fake_nvml.FakeNvml`: the module is injected).
+functions, such as :class:`rlsched.node.fake_nvml.FakeNvml`: the module is injected).
 Rules it follows (``../shared/docs/gpu-facts.md`` sections 1-3):
 
 - profile names are resolved to NVML profile ids on the device at run time (ids are device
