@@ -1,10 +1,12 @@
-"""Baselines that size MIG instances from per-model latency profiles: PARIS-ELSA and MIGRator."""
+"""Baselines that size MIG instances from per-model latency profiles: PARIS-ELSA and MIGRator
+(its MILP every interval, or its own solutions kept in a library and chosen from)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from rlsched.agents.baselines.base import CapacityModel, Policy, observed_load, sized_requests
+from rlsched.agents.candidates import CandidateLibrary
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.solver import TenantRequest
@@ -80,3 +82,41 @@ class MigratorIlp(Policy):
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         self.last_plan = self.planner.plan(windows, env.current, accuracy)
         return self.last_plan.configuration
+
+
+class PlannerLibrary(Policy):
+    """MIGRator's objective, maximised over a library of its own solutions instead of solved
+    for every interval (:class:`~rlsched.agents.candidates.CandidateLibrary`).
+
+    Every interval it values the running configuration and each library entry at the same
+    forecast as ``migrator-ilp`` (EWMA rates held over :data:`MIGRATOR_LOOKAHEAD` windows,
+    the backlog spread over the first) with the planner's model, and applies the best. The
+    library holds the MILP's solutions for loads around the scenario's mean rates, solved at
+    reset, and for each new load bin met while running, which joins from the next interval:
+    so a decision is a few hundred value-table lookups, not a MILP solve, except for the
+    solves a new load asks for (counted in the episode report).
+
+    Departs from ``migrator-ilp``: it can only choose configurations the MILP produced for
+    some load (plus the running one), and a new load's solution arrives an interval late.
+    """
+
+    name = "planner-library"
+
+    def reset(self, env: GpuShareEnv) -> None:
+        self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
+        self.library = CandidateLibrary(env, self.planner)
+        self.library.seed(MIGRATOR_LOOKAHEAD)
+        self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
+
+    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
+        self.library.refresh()
+        rates, backlog, accuracy = observed_load(env)
+        windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
+        solves = self.library.solves
+        self.library.request(windows)
+        self.report["planner_solves"] += self.library.solves - solves
+        self.report["library_size"] = len(self.library.configurations)
+        if env.current is None:
+            return self.planner.plan(windows, None, accuracy).configuration
+        scored = self.library.score(windows, env.current, accuracy)
+        return scored.configurations[scored.best()]

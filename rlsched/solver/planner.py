@@ -527,15 +527,33 @@ class Planner:
                  accuracy: Mapping[str, float] | None = None) -> tuple[float, float]:
         """(value-table sum, reconfiguration cost) of a configuration under the planner's
         model: the planner's objective of that configuration is their difference."""
+        return self.evaluate_many([configuration], rates, current, accuracy)[0]
+
+    def evaluate_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
+                      accuracy: Mapping[str, float] | None = None) -> list[tuple[float, float]]:
+        """:meth:`evaluate` of each configuration at the same rates and from the same running
+        one; configurations share most of their tenant placements, each valued once."""
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
-        value = cost = 0.0
-        for t in self.scenario.tenants:
-            p = configuration.placements[t.name]
-            layout = configuration.layouts[p.gpu_index]
-            gi = layout.instances[p.instance_index] if len(layout) else None
-            v, _ = self.option_value(t, gi.profile if gi else None, float(p.mps_pct), windows, accuracy, p.batch_size)
-            value += v
-            held = self.held_value(t, current, windows, accuracy) if self.scenario.make_before_break else None
-            cost += self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), v, windows, self.memory_gib(t.name, p.batch_size), held)
-        return value, cost
+        held = {t.name: self.held_value(t, current, windows, accuracy) if self.scenario.make_before_break else None for t in self.scenario.tenants}
+        values: dict[tuple, float] = {}  # (tenant, GI profile, share, batch) -> value
+        costs: dict[tuple, float] = {}  # (tenant, GPU, GI, share, batch) -> reconfiguration cost
+        results = []
+        for configuration in configurations:
+            value = cost = 0.0
+            for t in self.scenario.tenants:
+                p = configuration.placements[t.name]
+                layout = configuration.layouts[p.gpu_index]
+                gi = layout.instances[p.instance_index] if len(layout) else None
+                profile, share = (gi.profile if gi else None), float(p.mps_pct)
+                option = (t.name, profile, share, p.batch_size)
+                if option not in values:
+                    values[option] = self.option_value(t, profile, share, windows, accuracy, p.batch_size)[0]
+                move = (t.name, p.gpu_index, gi, share, p.batch_size)
+                if move not in costs:
+                    costs[move] = self._reconfiguration(t, current, p.gpu_index, gi, share, values[option], windows,
+                                                        self.memory_gib(t.name, p.batch_size), held[t.name])
+                value += values[option]
+                cost += costs[move]
+            results.append((value, cost))
+        return results

@@ -1,0 +1,129 @@
+"""Candidate configurations for one decision, and what the planner's value model predicts for each.
+
+A decision among a few dozen whole configurations is cheap where solving the planner's MILP
+is not (tens to hundreds of ms): :class:`CandidateLibrary` keeps a library of the planner's
+own solutions and values every one of them, plus the running configuration, at the current
+forecast with the planner's model (:meth:`rlsched.solver.planner.Planner.evaluate`: the
+predicted Goodput over the lookahead and the cost of moving there from the running
+configuration). The library planner (``planner-library``) takes the best of them; a learned
+scorer can choose among them instead.
+
+Where the library comes from:
+
+- at reset, the planner's solutions for the long-run mean rates scaled jointly by
+  :data:`JOINT_RATE_SCALES` and for one tenant at a time scaled by
+  :data:`SINGLE_TENANT_RATE_SCALES` (the others at their means): the loads a node of this
+  shape is likely to see, whatever its traffic;
+- while running, a forecast whose rates fall in a bin (:data:`FORECAST_BIN_RATIO`) no
+  solution was made for asks the planner for one; it joins the library at the next decision,
+  as a solve running beside the decision loop would (:meth:`CandidateLibrary.refresh`), so
+  the decision itself never waits for the MILP's answer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlsched.decision import Configuration
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.solver.planner import Planner
+
+#: Multiples of every inference tenant's long-run mean rate the library is seeded with.
+JOINT_RATE_SCALES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+#: Multiples of one tenant's mean rate (the others at their means) the library is seeded with.
+SINGLE_TENANT_RATE_SCALES: tuple[float, ...] = (0.25, 3.0)
+#: Forecast rates within this ratio of each other share a bin; a bin seen for the first time
+#: asks the planner for a solution. 1.3 measured on default seeds 0-2 (library planner):
+#: 1.15 gave the same Goodput (3,802,312 against 3,803,472) with ten times the solves.
+FORECAST_BIN_RATIO = 1.3
+#: Rates below this count as this, requests/s (the log bins need a positive rate).
+MIN_BINNED_RATE_RPS = 1e-3
+
+Windows = Sequence[Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class ScoredCandidates:
+    """Candidates of one decision and the planner model's prediction for each.
+
+    :param configurations: the candidates; index 0 is the running configuration
+    :param value: predicted Goodput over the lookahead, request-equivalents
+    :param cost: predicted cost of moving there from the running configuration (0 for index 0)
+    """
+
+    configurations: list[Configuration]
+    value: np.ndarray
+    cost: np.ndarray
+
+    @property
+    def objective(self) -> np.ndarray:
+        """The planner's objective of each candidate: value minus cost."""
+        return self.value - self.cost
+
+    def best(self) -> int:
+        """Index of the candidate with the largest objective (the running one on ties)."""
+        return int(np.argmax(self.objective))
+
+
+class CandidateLibrary:
+    """The planner's solutions for one node, grown as new loads appear (see the module docstring).
+
+    :param env: the environment (its scenario, performance and memory models); call
+        :meth:`seed` after each ``env.reset``
+    :param planner: the planner whose solutions and model are used
+    """
+
+    def __init__(self, env: GpuShareEnv, planner: Planner) -> None:
+        self.env = env
+        self.planner = planner
+        self.configurations: list[Configuration] = []
+        self.pending: list[Configuration] = []
+        self.seen_bins: set[tuple[int, ...]] = set()
+        self.solves = 0
+        self.solve_ms = 0.0
+
+    def seed(self, windows_count: int) -> None:
+        """Solve the seed loads (see the module docstring) over ``windows_count`` windows, from
+        the running configuration (so that a multi-GPU node is planned one GPU at a time)."""
+        means = {t.name: t.arrivals.mean_rate_rps() for t in self.env.scenario.inference_tenants()}
+        loads = [{n: r * scale for n, r in means.items()} for scale in JOINT_RATE_SCALES]
+        loads += [{n: r * (scale if n == one else 1.0) for n, r in means.items()} for one in means for scale in SINGLE_TENANT_RATE_SCALES]
+        for rates in loads:
+            self._solve([rates] * windows_count)
+        self.refresh()
+
+    def request(self, windows: Windows) -> None:
+        """Ask for the planner's solution of ``windows`` if its bin is new (joins at :meth:`refresh`)."""
+        key = tuple(round(math.log(max(r, MIN_BINNED_RATE_RPS)) / math.log(FORECAST_BIN_RATIO)) for r in windows[0].values())
+        if key not in self.seen_bins:
+            self.seen_bins.add(key)
+            self._solve(windows)
+
+    def refresh(self) -> None:
+        """Add the solutions asked for so far to the library."""
+        for configuration in self.pending:
+            if configuration not in self.configurations:
+                self.configurations.append(configuration)
+        self.pending = []
+
+    def score(self, windows: Windows, current: Configuration, accuracy: Mapping[str, float]) -> ScoredCandidates:
+        """The running configuration and every library entry, valued at ``windows``."""
+        candidates = [current] + [c for c in self.configurations if c != current]
+        value, cost = (np.array(x, dtype=float) for x in zip(*self.planner.evaluate_many(candidates, windows, current, accuracy), strict=True))
+        cost[0] = 0.0
+        return ScoredCandidates(candidates, value, cost)
+
+    def _solve(self, windows: Windows) -> None:
+        started = time.perf_counter()
+        # An entry is the best configuration for its load, not the best move from the running
+        # one (the scoring prices the move); a node of several GPUs is still planned from the
+        # running one (one MILP per GPU: the joint MILP over symmetric GPUs takes seconds).
+        current = None if self.env.scenario.gpu_count == 1 else self.env.current
+        self.pending.append(self.planner.plan(list(windows), current).configuration)
+        self.solves += 1
+        self.solve_ms += (time.perf_counter() - started) * 1e3

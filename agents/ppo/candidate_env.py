@@ -1,0 +1,169 @@
+"""The candidate-choice environment: pick one of K whole configurations, on any node.
+
+:class:`CandidateChoiceEnv` wraps ``rlsched/GpuShare-v0``. Every decision interval it builds
+the candidates of :class:`~rlsched.agents.candidates.CandidateLibrary` (the running
+configuration and the planner's own solutions), keeps the :data:`CANDIDATES` most promising
+under three forecasts, and describes each by what the planner's model predicts for it
+(:data:`CANDIDATE_FEATURES`), relative to keeping the running one. The action is the index of
+the candidate to apply (``Discrete(CANDIDATES)``, padded slots masked for MaskablePPO).
+
+Every feature is a ratio or a fraction (Goodput terms are divided by the node's requests
+per lookahead at its mean rates), so one network can serve any number of GPUs and tenants
+and any GPU type: the node's shape never enters the observation's size.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlsched.agents.baselines.base import observed_load
+from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
+from rlsched.agents.candidates import CandidateLibrary, ScoredCandidates
+from rlsched.decision import Configuration
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.solver.planner import Planner
+from rlsched.workloads.tenants import Priority
+
+#: Candidates offered per decision (slot 0: keep the running configuration).
+CANDIDATES = 12
+#: Per candidate, in order. ``gain_*``: predicted objective minus keeping's, at the EWMA
+#: forecast (the planner's), at the last interval's rates and at the burst rates (the largest
+#: of the last :data:`BURST_WINDOW` intervals); ``cost``: the predicted cost of the move;
+#: ``value``: predicted Goodput at the EWMA forecast; ``rank``: by ``gain_ewma`` (0 best);
+#: ``moved``: fraction of tenants whose placement changes.
+CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain_ewma", "gain_last", "gain_burst", "cost", "value", "rank", "moved")
+#: Once per observation: intervals since the last change (/ :data:`SINCE_CHANGE_SCALE`, capped
+#: at 1), the largest burst-to-EWMA rate ratio minus 1 (capped at :data:`FEATURE_LIMIT`), the
+#: high-priority tenants' SLO attainment last interval, and the episode's elapsed fraction.
+GLOBAL_FEATURES: tuple[str, ...] = ("since_change", "burst_ratio", "slo_attainment_high", "elapsed")
+#: Intervals of measured rates the burst forecast takes its maximum over.
+BURST_WINDOW = 6
+#: Intervals after which "since the last change" reads 1.
+SINCE_CHANGE_SCALE = 30.0
+#: Every feature is clipped to [-FEATURE_LIMIT, FEATURE_LIMIT].
+FEATURE_LIMIT = 10.0
+
+
+class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
+    """``rlsched/GpuShare-v0`` with a choice among whole configurations as its action.
+
+    The reward is the interval's Goodput objective divided by the node's requests per
+    interval at its mean rates (:attr:`reward_scale`), so returns are comparable across nodes.
+
+    :param env: the environment to decide for (any scenario, node shape and GPU type)
+    :param keep_library: keep the candidate library (and the planner's caches) from one
+        episode to the next, as training does; False starts each episode from the seed library,
+        so that an episode does not depend on the ones before it (evaluation)
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, env: GpuShareEnv, keep_library: bool = False) -> None:
+        self.env = env
+        self.keep_library = keep_library
+        self.library: CandidateLibrary | None = None
+        self.candidate_count = CANDIDATES
+        size = CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES)
+        self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(CANDIDATES)
+        interval_s = env.scenario.decision_interval_s
+        requests = sum(t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()) * interval_s
+        #: Requests per interval at the mean rates (>= 1): the unit of rewards and Goodput features.
+        self.reward_scale = max(requests, 1.0)
+        self.scored: ScoredCandidates | None = None
+        self.offered: list[int] = []
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.env.reset(seed=seed, options=options)
+        if self.library is None or not self.keep_library:
+            self.planner = Planner(self.env.scenario, self.env.backend.perf_model, self.env.backend.memory_gib)
+            self.library = CandidateLibrary(self.env, self.planner)
+            self.library.seed(MIGRATOR_LOOKAHEAD)
+        self.history: deque[dict[str, float]] = deque(maxlen=BURST_WINDOW)
+        self.since_change = 0
+        self.last_info: dict[str, Any] = {}
+        if self.env.current is None:  # nothing deployed yet: the planner's first configuration
+            rates, backlog, accuracy = observed_load(self.env)
+            self.env.step_configuration(self.planner.plan(self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog), None, accuracy).configuration)
+        return self._observe(), {}
+
+    def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        index = int(action)
+        if not 0 <= index < len(self.offered):
+            index = 0  # a masked slot: keep (MaskablePPO never picks one; a plain policy may)
+        assert self.scored is not None
+        chosen = self.scored.configurations[self.offered[index]]
+        previous = self.env.current
+        _, reward, terminated, truncated, info = self.env.step_configuration(chosen)
+        self.since_change = 0 if info["configuration"] != previous else self.since_change + 1
+        self.last_info = info
+        return self._observe(), float(reward) / self.reward_scale, terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """True for the slots that hold a candidate."""
+        return np.arange(CANDIDATES) < len(self.offered)
+
+    def planner_choice(self) -> int:
+        """The slot the library planner would choose (the largest objective at the EWMA forecast)."""
+        assert self.scored is not None
+        objective = self.scored.objective
+        return int(np.argmax([objective[i] for i in self.offered]))
+
+    # ------------------------------------------------------------------ internals
+    def _observe(self) -> np.ndarray:
+        env = self.env
+        self.library.refresh()
+        rates, backlog, accuracy = observed_load(env)
+        measured = env.backend.observe()
+        last = {n: float(measured.get(n, {}).get("arrival_rate_rps", r)) for n, r in rates.items()}
+        self.history.append(last)
+        burst = {n: max(h[n] for h in self.history) for n in rates}
+        windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
+        self.library.request(windows)
+        assert env.current is not None
+        self.scored = self.library.score(windows, env.current, accuracy)
+        at_last = self.library.score(self.planner.forecast([last] * MIGRATOR_LOOKAHEAD, backlog), env.current, accuracy)
+        at_burst = self.library.score(self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog), env.current, accuracy)
+        gains = [s.objective - s.objective[0] for s in (self.scored, at_last, at_burst)]
+        self.offered = self._offer(gains)
+        scale = self.reward_scale * MIGRATOR_LOOKAHEAD
+        order = np.argsort(-gains[0][self.offered], kind="stable")
+        rank = np.empty(len(self.offered))
+        rank[order] = np.arange(len(self.offered)) / max(CANDIDATES - 1, 1)
+        rows = np.zeros((CANDIDATES, len(CANDIDATE_FEATURES)))
+        for slot, i in enumerate(self.offered):
+            config = self.scored.configurations[i]
+            rows[slot] = (float(i == 0), gains[0][i] / scale, gains[1][i] / scale, gains[2][i] / scale,
+                          self.scored.cost[i] / scale, self.scored.value[i] / scale, rank[slot], self._moved(config, env.current))
+        high = [t.name for t in env.scenario.inference_tenants() if t.priority == Priority.HIGH]
+        attainment = min((float(measured.get(n, {}).get("slo_attainment", 1.0)) for n in high), default=1.0)
+        burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
+        elapsed = (env.last_step.t_end_s if env.last_step else 0.0) / env.scenario.duration_s
+        glob = np.array([min(self.since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment, elapsed])
+        observation = np.concatenate([rows.ravel(), glob])
+        return np.clip(np.nan_to_num(observation), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)
+
+    def _offer(self, gains: list[np.ndarray]) -> list[int]:
+        """Keep, then the best candidates under each forecast in turn, until :data:`CANDIDATES`."""
+        orders = [list(np.argsort(-g, kind="stable")) for g in gains]
+        offered = [0]
+        while len(offered) < min(CANDIDATES, len(gains[0])):
+            for order in orders:
+                nxt = next((i for i in order if i not in offered), None)
+                if nxt is not None and len(offered) < CANDIDATES:
+                    offered.append(int(nxt))
+        return offered
+
+    @staticmethod
+    def _moved(config: Configuration, current: Configuration) -> float:
+        """Fraction of tenants whose GPU, GI, share or batch differs from the running configuration."""
+        names = list(current.placements)
+        changed = sum(config.placements.get(n) != current.placements[n] or
+                      config.layouts[current.placements[n].gpu_index] != current.layouts[current.placements[n].gpu_index] for n in names)
+        return changed / max(len(names), 1)

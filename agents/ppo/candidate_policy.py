@@ -1,0 +1,81 @@
+"""The candidate scorer: one network for any node, scoring each candidate with shared weights.
+
+For MaskablePPO on :class:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv`. Each
+candidate's features, with the observation's global features appended, go through the same
+MLP to one score; the scores are the logits of the masked categorical over candidates. A
+learnable multiple of the candidate's predicted gain at the EWMA forecast is added to its
+score, so before any update the policy already prefers what the library planner would apply
+(the warm start is built in, not cloned), and PPO learns a residual: *which* candidate and
+*when*. The critic reads the candidates' mean embedding and the global features.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from torch import nn
+
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES
+
+#: Initial weight of the planner's predicted gain in each score: a gain of 1% of the node's
+#: requests per lookahead then weighs 2 nats, so the warm start is near-deterministic.
+PLANNER_GAIN_WEIGHT = 200.0
+
+
+class CandidateScorer(nn.Module):
+    """Scores (actor latent: one logit per candidate) and a critic latent from the observation.
+
+    :param hidden: width of the shared per-candidate MLP and of the critic's
+    """
+
+    def __init__(self, hidden: int = 64) -> None:
+        super().__init__()
+        self.features = len(CANDIDATE_FEATURES)
+        self.globals = len(GLOBAL_FEATURES)
+        self.embed = nn.Sequential(nn.Linear(self.features + self.globals, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+        self.score = nn.Linear(hidden, 1)
+        self.planner_weight = nn.Parameter(torch.tensor(PLANNER_GAIN_WEIGHT))
+        self.critic = nn.Sequential(nn.Linear(hidden + self.globals, hidden), nn.Tanh())
+        self.latent_dim_pi = CANDIDATES
+        self.latent_dim_vf = hidden
+        self._gain = CANDIDATE_FEATURES.index("gain_ewma")
+
+    def _embed(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        rows = observation[:, : CANDIDATES * self.features].reshape(-1, CANDIDATES, self.features)
+        glob = observation[:, CANDIDATES * self.features:]
+        joined = torch.cat([rows, glob.unsqueeze(1).expand(-1, CANDIDATES, -1)], dim=-1)
+        return rows, glob, self.embed(joined)
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward_actor(observation), self.forward_critic(observation)
+
+    def forward_actor(self, observation: torch.Tensor) -> torch.Tensor:
+        rows, _, embedded = self._embed(observation)
+        return self.score(embedded).squeeze(-1) + self.planner_weight * rows[..., self._gain]
+
+    def forward_critic(self, observation: torch.Tensor) -> torch.Tensor:
+        _, glob, embedded = self._embed(observation)
+        return self.critic(torch.cat([embedded.mean(dim=1), glob], dim=-1))
+
+
+class CandidateScorerPolicy(MaskableActorCriticPolicy):
+    """MaskablePPO's actor-critic with :class:`CandidateScorer` in place of the MLP extractor;
+    the scores are the logits (no action layer mixes candidates)."""
+
+    def __init__(self, *args: Any, hidden: int = 64, **kwargs: Any) -> None:
+        self.hidden = hidden
+        kwargs.setdefault("ortho_init", False)  # keeps the score layer small and the planner weight as set
+        super().__init__(*args, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        self.mlp_extractor = CandidateScorer(self.hidden)
+
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)
+        with torch.no_grad():  # the residual starts near zero: the warm start is the planner's choice
+            self.mlp_extractor.score.weight.mul_(0.01)
+            self.mlp_extractor.score.bias.zero_()
+        self.action_net = nn.Identity()
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]

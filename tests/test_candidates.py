@@ -1,0 +1,117 @@
+"""The candidate library, the library planner, the candidate-choice environment and its scorer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
+from rlsched.agents.candidates import JOINT_RATE_SCALES, CandidateLibrary
+from rlsched.agents.evaluation import run_episode
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, CandidateChoiceEnv
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.solver.planner import Planner
+
+DATA = Path(__file__).parent / "data"
+TINY = str(DATA / "env_tiny.yaml")
+TWO_GPUS = str(DATA / "env_tiny_two_gpus.yaml")
+
+
+@pytest.fixture
+def library() -> CandidateLibrary:
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    library = CandidateLibrary(env, Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib))
+    library.seed(MIGRATOR_LOOKAHEAD)
+    return library
+
+
+def _windows(library: CandidateLibrary, scale: float) -> list[dict[str, float]]:
+    return [{t.name: t.arrivals.mean_rate_rps() * scale for t in library.env.scenario.inference_tenants()}] * MIGRATOR_LOOKAHEAD
+
+
+def test_seeding_solves_every_seed_load_and_keeps_distinct_configurations(library):
+    tenants = len(library.env.scenario.inference_tenants())
+    assert library.solves == len(JOINT_RATE_SCALES) + 2 * tenants
+    assert 1 <= len(library.configurations) <= library.solves
+    assert len(set(map(repr, library.configurations))) == len(library.configurations)
+    assert all(not c.problems(library.env.tenant_names) for c in library.configurations)
+
+
+def test_a_new_load_joins_at_the_next_refresh_and_is_solved_once(library):
+    windows = _windows(library, 40.0)  # far beyond every seed load: a new bin, a new solution
+    solves, size = library.solves, len(library.configurations)
+    library.request(windows)
+    assert library.solves == solves + 1 and len(library.configurations) == size  # not yet: a decision never waits for it
+    library.request(windows)
+    assert library.solves == solves + 1  # same bin: no second solve
+    library.refresh()
+    assert library.pending == [] and len(library.configurations) >= size
+
+
+def test_scores_put_the_running_configuration_first_at_no_cost_and_match_the_planner(library):
+    env, planner = library.env, library.planner
+    windows = _windows(library, 1.0)
+    scored = library.score(windows, env.current, {})
+    assert scored.configurations[0] == env.current and scored.cost[0] == 0.0
+    for i, configuration in enumerate(scored.configurations):
+        assert (scored.value[i], scored.cost[i]) == pytest.approx(planner.evaluate(configuration, windows, env.current))
+    assert scored.objective[scored.best()] == scored.objective.max()
+
+
+def test_the_library_planner_runs_an_episode_on_two_node_shapes():
+    for scenario in (TINY, TWO_GPUS):
+        episode = run_episode(GpuShareEnv(scenario), "planner-library", seed=0)
+        assert len(episode.configurations) == 6 and episode.goodput > 0
+        assert episode.repaired == 0  # it applies configurations the planner produced: nothing to repair
+
+
+def test_the_candidate_observation_has_the_same_size_on_any_node():
+    shapes = set()
+    for scenario in (TINY, TWO_GPUS):
+        env = CandidateChoiceEnv(GpuShareEnv(scenario))
+        observation, _ = env.reset(seed=0)
+        assert env.observation_space.contains(observation)
+        masks = env.action_masks()
+        assert masks[0] and masks.sum() == len(env.offered) <= CANDIDATES
+        shapes.add(observation.shape)
+        rows = observation[: CANDIDATES * len(CANDIDATE_FEATURES)].reshape(CANDIDATES, len(CANDIDATE_FEATURES))
+        assert rows[0, CANDIDATE_FEATURES.index("keep")] == 1.0 and rows[0, CANDIDATE_FEATURES.index("gain_ewma")] == 0.0
+    assert shapes == {(CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES),)}
+
+
+def test_a_masked_slot_keeps_the_running_configuration():
+    env = CandidateChoiceEnv(GpuShareEnv(TINY))
+    env.reset(seed=0)
+    running = env.env.current
+    _, _, _, _, info = env.step(CANDIDATES - 1 if len(env.offered) < CANDIDATES else 0)
+    assert info["configuration"] == running
+
+
+def test_the_scorer_starts_as_the_library_planner_and_is_permutation_equivariant():
+    from sb3_contrib import MaskablePPO
+
+    from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
+
+    env = CandidateChoiceEnv(GpuShareEnv(TINY))
+    model = MaskablePPO(CandidateScorerPolicy, env, n_steps=6, batch_size=6, seed=0)
+    observation, _ = env.reset(seed=0)
+    done = False
+    while not done:
+        action, _ = model.predict(observation, action_masks=env.action_masks(), deterministic=True)
+        assert int(action) == env.planner_choice()  # the warm start is built in
+        observation, _, terminated, truncated, _ = env.step(action)
+        done = terminated or truncated
+    scorer = model.policy.mlp_extractor
+    obs = torch.as_tensor(observation).unsqueeze(0)
+    rows = obs[:, : CANDIDATES * len(CANDIDATE_FEATURES)].reshape(CANDIDATES, -1)
+    permutation = torch.randperm(CANDIDATES, generator=torch.Generator().manual_seed(0))
+    permuted = torch.cat([rows[permutation].reshape(1, -1), obs[:, CANDIDATES * len(CANDIDATE_FEATURES):]], dim=1)
+    with torch.no_grad():
+        assert torch.allclose(scorer.forward_actor(obs)[0, permutation], scorer.forward_actor(permuted)[0], atol=1e-5)
+        assert torch.allclose(scorer.forward_critic(obs), scorer.forward_critic(permuted), atol=1e-5)
+    model.learn(12)  # PPO updates run through the custom network
+    assert np.isfinite(float(scorer.planner_weight.detach()))
