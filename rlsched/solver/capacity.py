@@ -10,19 +10,24 @@ How (:func:`plan_capacity`):
   share (2.5% steps) and batch level, the performance model gives the batch latency curve
   with MPS interference as a function of the co-runners' summed L2 pressure
   (:meth:`~rlsched.perfmodel.PerformanceModel.latency_curve_ms_under_pressure`, exactly
-  linear in it). :func:`request_p99_ms` turns a curve into the p99 of a request's latency
-  (queueing + batching + service) at the service's rate; an option keeps the largest
-  pressure its co-runners may put on it with that p99 still within the SLO.
+  linear in it). :func:`request_p99_many_ms` turns a curve into the p99 of a request's
+  latency (batching window + queueing + service) at the service's rate, a queueing model of
+  the simulator's batcher with constants fitted to replays of it
+  (``configs/calibration/plan-latency.yaml``); an option keeps the largest pressure its
+  co-runners may put on it with that p99 still within the SLO.
 - **GI patterns, GPU layouts.** A pattern is a set of options sharing one GI of a profile
   (shares <= 100%, memory fits, each member's tolerated pressure >= its co-runners' sum).
   GIs of one profile are interchangeable (MIG isolates them), so the master MILP picks
   patterns that cover every service once and per-layout GPU counts
   (:func:`~rlsched.hardware.enumerate_layouts`, maximal layouts) that offer enough GIs of
   every profile; it minimises GPUs, then the total compute share.
-- **Column generation.** The master's LP relaxation prices new patterns: one small HiGHS
-  MILP per profile (a knapsack with big-M interference rows) finds the pattern of most
-  negative reduced cost; when none is left the LP bound is proven. The integer master is
-  then solved over the generated patterns (price and branch).
+- **Column generation.** Seed patterns come from first-fit packings (a member that no
+  longer tolerates its co-runners is raised to its next share, as iGniter does). The
+  master's LP relaxation prices new patterns: the same packing, ordered by the duals, first;
+  when it finds none, one small HiGHS MILP per profile (a knapsack with big-M interference
+  rows) looks for the pattern of most negative reduced cost, and when none is left the LP
+  bound is proven. The integer master is then solved over the generated patterns (price
+  and branch).
 
 The plan is checked with the exact performance model (actual co-runners) and, on request,
 in the request-level simulator (:mod:`rlsched.solver.capacity_verify`).
@@ -36,6 +41,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -233,10 +239,11 @@ QUEUEING_CALIBRATION_FILE = "plan-latency.yaml"
 
 
 @functools.cache
-def load_queueing_calibration() -> QueueingCalibration:
-    """The packaged :class:`QueueingCalibration`, validated (a bad field: ConfigError naming it)."""
-    doc = load_support(packaged_calibration_dir(), QUEUEING_CALIBRATION_FILE)
-    path = packaged_calibration_dir() / QUEUEING_CALIBRATION_FILE
+def load_queueing_calibration(path: Path | None = None) -> QueueingCalibration:
+    """The :class:`QueueingCalibration` in ``path`` (the packaged file by default), validated
+    (a bad field: ConfigError naming it)."""
+    path = path or packaged_calibration_dir() / QUEUEING_CALIBRATION_FILE
+    doc = load_support(path.parent, path.name)
     fields = doc.get("request_p99")
     if not isinstance(fields, dict):
         raise ConfigError(path, "request_p99", fields, "expected a mapping of the fitted constants")
