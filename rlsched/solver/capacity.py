@@ -243,6 +243,8 @@ def load_queueing_calibration(path: Path | None = None) -> QueueingCalibration:
     """The :class:`QueueingCalibration` in ``path`` (the packaged file by default), validated
     (a bad field: ConfigError naming it)."""
     path = path or packaged_calibration_dir() / QUEUEING_CALIBRATION_FILE
+    if not path.is_file():  # load_support would fall back to the packaged file
+        raise ConfigError(path, "<file>", str(path), "no such calibration file")
     doc = load_support(path.parent, path.name)
     fields = doc.get("request_p99")
     if not isinstance(fields, dict):
@@ -250,7 +252,7 @@ def load_queueing_calibration(path: Path | None = None) -> QueueingCalibration:
     values = {}
     for name, low, high in (("in_flight_quantile", 0.0, 1.0), ("own_batch_quantile", 0.0, 1.0), ("tail_constant", 0.0, math.inf), ("max_load", 0.0, 1.0)):
         value = fields.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high or (name == "max_load" and value == 1.0):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
             raise ConfigError(path, f"request_p99.{name}", value, f"expected a number in ({low:g}, {high:g})")
         values[name] = float(value)
     source = fields.get("source")
