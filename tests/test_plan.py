@@ -158,3 +158,76 @@ def test_json_on_standard_output_is_not_preceded_by_the_solver_banner():
     out = subprocess.run([sys.executable, "-m", "rlsched.cli.main", "plan", "--gpu", "a100-40gb", "--tenant", "web:resnet50:40:300", "--json"],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["gpus"] == 1
+
+
+# Operating points (GPU, model, GI profile, MPS share, maximum batch, load of a full batch)
+# spanning batch 1 to 64, MIG and MPS-only GPUs, light to heavy load.
+ESTIMATE_POINTS = [("a100-40gb", "resnet50", "7g.40gb", 50.0, 1, 0.5), ("a100-40gb", "resnet50", "3g.20gb", 50.0, 8, 0.3),
+                   ("a100-40gb", "bert-base", "2g.10gb", 100.0, 32, 0.7), ("h100-80gb", "vgg16", "1g.10gb", 75.0, 16, 0.5),
+                   ("v100-16gb", "vgg19", None, 40.0, 16, 0.6), ("v100-16gb", "alexnet", None, 25.0, 4, 0.2),
+                   ("v100-16gb", "densenet121", None, 100.0, 64, 0.8)]
+
+
+@pytest.mark.parametrize("gpu, model, profile, share, batch, load", ESTIMATE_POINTS)
+def test_request_p99_estimate_tracks_the_simulators_queue(perf, gpu, model, profile, share, batch, load):
+    """The planner's p99 is within 35% above the replayed p99 and at most 5% below it (the
+    replay reads a histogram bin's upper edge, up to 1.6% high)."""
+    from rlsched.simulator.queueing import replay_poisson_p99_ms
+    from rlsched.solver.capacity import BATCH_TIMEOUT_MS
+
+    mean, p99, _, _ = OptionTable(gpu, perf).curves(model, profile, share)
+    rate = load * batch * 1000.0 / mean[batch - 1]
+    replayed = replay_poisson_p99_ms(mean, p99, batch, rate, BATCH_TIMEOUT_MS, 40_000, seed=0)
+    assert 0.95 <= request_p99_ms(mean[:batch], p99[:batch], rate) / replayed <= 1.35
+
+
+def test_request_p99_of_a_batch_of_one_is_md1():
+    """Batch 1, deterministic service: M/D/1, whose p99 sojourn at load 0.5 is 4.34 service
+    times (waiting-time tail C exp(-theta t), theta = 1.2564, C = 0.661); the estimate's
+    tail constant 1 errs above by at most 10%."""
+    predicted = request_p99_ms([10.0], [10.0], 50.0)
+    assert 43.4 <= predicted <= 1.1 * 43.4
+
+
+def test_queueing_calibration_is_validated(tmp_path):
+    from rlsched.errors import ConfigError
+    from rlsched.solver.capacity import load_queueing_calibration
+
+    good = load_queueing_calibration()
+    assert 0 < good.max_load < 1 and good.source
+    bad = tmp_path / "plan-latency.yaml"
+    bad.write_text("request_p99: {in_flight_quantile: 0.7, own_batch_quantile: 0.99, tail_constant: 1.0, max_load: 1.5, source: x}\n")
+    with pytest.raises(ConfigError, match=r"request_p99\.max_load.*1\.5"):
+        load_queueing_calibration(bad)
+    bad.write_text("request_p99: {in_flight_quantile: 0.7, own_batch_quantile: 0.99, tail_constant: 1.0, max_load: 0.9}\n")
+    with pytest.raises(ConfigError, match=r"request_p99\.source"):
+        load_queueing_calibration(bad)
+
+
+def test_replay_lasts_until_slow_services_have_enough_requests():
+    fast = [ServiceSpec("a", "alexnet", 20, 500), ServiceSpec("b", "resnet50", 60, 200)]
+    assert capacity_verify.replay_duration_s(fast, 20.0) == 20.0
+    slow = fast + [ServiceSpec("c", "vgg19", 60, 2.0)]
+    assert capacity_verify.replay_duration_s(slow, 20.0) == capacity_verify.VERIFY_MIN_REQUESTS / 2.0
+    crawl = fast + [ServiceSpec("c", "vgg19", 60, 0.01)]
+    assert capacity_verify.replay_duration_s(crawl, 20.0) == capacity_verify.VERIFY_MAX_DURATION_S
+
+
+def test_mps_only_gpu_packs_services_with_interference(perf):
+    """On a GPU without MIG, the packing heuristics put light services together on one
+    device, each pattern within its members' tolerated pressure and shares."""
+    from rlsched.perfmodel import CoRunner
+
+    services = [ServiceSpec(f"s{i}", m, slo, rate) for i, (m, slo, rate) in
+                enumerate([("alexnet", 20, 200), ("resnet50", 60, 100), ("mobilenetv2", 40, 150), ("bert-base", 80, 40)])]
+    table = OptionTable("v100-16gb", perf)
+    plan = plan_capacity(services, "v100-16gb", perf, table)
+    assert plan.gpus < len(services)
+    for g in range(plan.gpus):
+        members = [s for s in plan.services if s.gpu == g]
+        assert sum(s.mps_pct for s in members) <= 100.0 + 1e-9
+    by_name = {s.name: s for s in services}
+    for s in plan.services:
+        co = [CoRunner(o.model, o.batch, o.mps_pct) for o in plan.services if o.gpu == s.gpu and o is not s]
+        predicted, _ = table.predict(by_name[s.name], None, s.mps_pct, s.batch, co)
+        assert predicted <= by_name[s.name].slo_ms

@@ -193,7 +193,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", choices=["rlsched", "igniter"], default="rlsched", help="rlsched: column generation in HiGHS; igniter: the iGniter-style greedy")
     p.add_argument("--verify", action="store_true", help="replay in the simulator (Poisson) and repair until every service reaches 0.99 SLO attainment")
     p.add_argument("--burst", action="store_true", help="with --verify: also replay an MMPP of the same mean (reported, not repaired)")
-    p.add_argument("--verify-duration-s", type=float, default=120.0, help="simulated seconds per replay")
+    p.add_argument("--verify-duration-s", type=float, default=120.0,
+                   help="simulated seconds per replay, at least (longer when a tenant is slow, so that it gets enough requests for its p99)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--output", default=None, metavar="DIR", help="write mig-parted configs (one per GPU) and scenario.yaml here")

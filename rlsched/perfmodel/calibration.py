@@ -15,7 +15,7 @@ from rlsched.perfmodel.physics import LatencyParams
 
 SCHEMA = "rlsched-perfmodel-calibration/1"
 # Hand-written support files in the same folder (not per-source fits).
-SUPPORT_FILES = ("gpu-throughput.yaml", "sharing-modes.yaml", "model-memory.yaml")
+SUPPORT_FILES = ("gpu-throughput.yaml", "sharing-modes.yaml", "model-memory.yaml", "plan-latency.yaml")
 
 
 def packaged_calibration_dir() -> Path:

@@ -56,8 +56,6 @@ from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, Infer
 #: instance; used only when the performance model does not state its own
 #: (``sharing-modes.yaml: priority_fill.min_idle_frac``).
 MIN_IDLE_FRACTION = 0.02
-#: Standard normal quantile of 0.99, to fit a lognormal to (mean, p99).
-Z99 = 2.3263478740408408
 #: Weight of the newest interval in the smoothed arrival rate of the observation.
 RATE_EWMA_WEIGHT = 0.3
 
@@ -455,9 +453,7 @@ class NodeSimulator:
             mean_s = np.concatenate([[0.0], np.asarray(mean_ms, dtype=float)]) * (t.tuning_latency_factor(mps) / 1000.0)
             sigma = np.zeros_like(mean_s)
             if self.scenario.service_jitter:
-                ratio = np.maximum(np.asarray(p99_ms, dtype=float) / np.maximum(np.asarray(mean_ms, dtype=float), 1e-12), 1.0)
-                # Lognormal with the model's mean and p99: sigma^2/2 - Z99 sigma + ln(ratio) = 0.
-                sigma[1:] = Z99 - np.sqrt(np.maximum(Z99 * Z99 - 2.0 * np.log(ratio), 0.0))
+                sigma[1:] = q.lognormal_sigma(mean_ms, p99_ms)
             cached = (mean_s, sigma)
             self._curve_cache[key] = cached
         return cached

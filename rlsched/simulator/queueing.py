@@ -51,6 +51,18 @@ O_BATCHED_REQUESTS = 7  # requests put into those batches
 OUT_SIZE = 8
 
 
+#: Standard normal quantile of 0.99, to fit a lognormal to (mean, p99).
+Z99 = 2.3263478740408408
+
+
+def lognormal_sigma(mean_ms: np.ndarray, p99_ms: np.ndarray) -> np.ndarray:
+    """The sigma of the lognormal batch service time with these means and p99s (the draw of
+    :func:`serve_interval`): the smaller root of sigma^2/2 - Z99 sigma + ln(p99 / mean) = 0;
+    0 where the p99 does not exceed the mean."""
+    ratio = np.maximum(np.asarray(p99_ms, dtype=float) / np.maximum(np.asarray(mean_ms, dtype=float), 1e-12), 1.0)
+    return Z99 - np.sqrt(np.maximum(Z99 * Z99 - 2.0 * np.log(ratio), 0.0))
+
+
 def new_state() -> np.ndarray:
     """An empty server: nothing waiting, nothing in flight, free from time 0."""
     return np.zeros(STATE_SIZE)
@@ -290,3 +302,26 @@ def close_interval(hist_step: np.ndarray, hist_total: np.ndarray, percentiles: n
             if seen >= rank:
                 result_ms[p] = edges_ms[k]
                 break
+
+
+def replay_poisson_p99_ms(mean_ms: np.ndarray, p99_ms: np.ndarray, batch_max: int, rate_rps: float, timeout_ms: float,
+                          requests: int, seed: int = 0) -> float:
+    """The p99 latency of ``requests`` Poisson arrivals at ``rate_rps`` through one server
+    (:func:`serve_interval`, lognormal service as in the simulator), ms; inf when the queue
+    bound of 4096 waiting requests overflowed (the server cannot keep up).
+
+    The planner's latency estimate is fitted against and tested with this replay.
+
+    :param mean_ms: mean batch latency for batch 1..``batch_max`` (or longer), ms
+    :param p99_ms: p99 batch latency for the same batches, ms
+    """
+    rng = np.random.default_rng(seed)
+    arrivals_s = np.cumsum(rng.exponential(1.0 / rate_rps, requests))
+    mean = np.asarray(mean_ms, dtype=float)[:batch_max]
+    service_mean_s = np.concatenate([[0.0], mean / 1000.0])
+    service_sigma = np.concatenate([[0.0], lognormal_sigma(mean, np.asarray(p99_ms, dtype=float)[:batch_max])])
+    hist = np.zeros(HIST_BINS, dtype=np.int64)
+    out = np.zeros(OUT_SIZE)
+    serve_interval(arrivals_s, 0.0, float(arrivals_s[-1]) + 1e6, 0.0, np.zeros(4096), np.zeros(batch_max), new_state(),
+                   service_mean_s, service_sigma, batch_max, timeout_ms / 1000.0, math.inf, rng, hist, out)
+    return math.inf if out[O_DROPPED] > 0 else percentile_ms(hist, 99.0)

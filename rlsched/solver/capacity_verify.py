@@ -26,8 +26,14 @@ from rlsched.workloads.tenants import InferenceTenant
 
 #: SLO attainment every service must reach in the replay (the issue's acceptance).
 TARGET_ATTAINMENT = 0.99
-#: Simulated seconds of a verification replay.
+#: Simulated seconds of a verification replay (at least).
 VERIFY_DURATION_S = 120.0
+#: A replay lasts long enough for every service to expect this many requests, so that a
+#: slow service's attainment is read from enough requests to tell 0.99 apart (standard
+#: error 0.003 at 1,000), but at most VERIFY_MAX_DURATION_S (the simulator serves millions
+#: of requests a second, so this costs seconds only at thousands of requests/s in all).
+VERIFY_MIN_REQUESTS = 1000
+VERIFY_MAX_DURATION_S = 1000.0
 #: The burst replay: an MMPP alternating between these multiples of the mean rate with equal
 #: mean sojourns (so its mean is the rate). A user-facing stress choice, not a measurement.
 BURST_RATE_FACTORS = (0.5, 1.5)
@@ -72,11 +78,20 @@ def plan_scenario(plan: CapacityPlan, services: Sequence[ServiceSpec], duration_
                     description=f"{plan.method} capacity plan: {len(plan.services)} services on {plan.gpus} x {plan.gpu_type}")
 
 
+def replay_duration_s(services: Sequence[ServiceSpec], duration_s: float) -> float:
+    """``duration_s``, lengthened (up to :data:`VERIFY_MAX_DURATION_S`) until the slowest
+    service expects :data:`VERIFY_MIN_REQUESTS` requests."""
+    wanted = VERIFY_MIN_REQUESTS / min(s.rate_rps for s in services)
+    return max(duration_s, min(wanted, VERIFY_MAX_DURATION_S))
+
+
 def verify(plan: CapacityPlan, services: Sequence[ServiceSpec], perf: PerformanceModel, duration_s: float = VERIFY_DURATION_S,
            burst: bool = False, seed: int = 0, target: float = TARGET_ATTAINMENT) -> Verification:
-    """Replay every service at its rate under the plan in the request-level simulator."""
+    """Replay every service at its rate under the plan in the request-level simulator, for
+    ``duration_s`` or longer (:func:`replay_duration_s`)."""
     from rlsched.simulator.run import run_fixed  # the simulator (numba) only when verifying
 
+    duration_s = replay_duration_s(services, duration_s)
     scenario = plan_scenario(plan, services, duration_s, burst)
     result = run_fixed(scenario, perf, scenario.reference, seed=seed)
     attainment = {name: (1.0 if t["slo_attainment"] is None else float(t["slo_attainment"])) for name, t in result["tenants"].items()}
