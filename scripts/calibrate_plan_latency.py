@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rlsched.envs.actions import BATCH_LEVELS
+from rlsched.decision import BATCH_LEVELS
 from rlsched.fileio import write_text_atomically
 from rlsched.perfmodel import PerformanceModel
 from rlsched.perfmodel.calibration import packaged_calibration_dir
