@@ -73,8 +73,8 @@ class ScoredCandidates:
 class CandidateLibrary:
     """The planner's solutions for one node, grown as new loads appear (see the module docstring).
 
-    :param env: the environment (its scenario, performance and memory models); call
-        :meth:`seed` after each ``env.reset``
+    :param env: the environment (its scenario, performance and memory models, and the
+        running configuration a multi-GPU node is planned from); call :meth:`seed` once it is reset
     :param planner: the planner whose solutions and model are used
     """
 
@@ -88,8 +88,7 @@ class CandidateLibrary:
         self.solve_ms = 0.0
 
     def seed(self, windows_count: int) -> None:
-        """Solve the seed loads (see the module docstring) over ``windows_count`` windows, from
-        the running configuration (so that a multi-GPU node is planned one GPU at a time)."""
+        """Solve the seed loads (see the module docstring), each held over ``windows_count`` windows."""
         means = {t.name: t.arrivals.mean_rate_rps() for t in self.env.scenario.inference_tenants()}
         loads = [{n: r * scale for n, r in means.items()} for scale in JOINT_RATE_SCALES]
         loads += [{n: r * (scale if n == one else 1.0) for n, r in means.items()} for one in means for scale in SINGLE_TENANT_RATE_SCALES]
