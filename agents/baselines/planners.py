@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from rlsched.agents.baselines.base import CapacityModel, Policy, observed_load, sized_requests
-from rlsched.decision import Configuration
+from rlsched.agents.baselines.hindsight import layout_candidates
+from rlsched.decision import Configuration, SharingMode
 from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.simulator.lookahead import HISTORY_INTERVALS, MIN_HISTORY_INTERVALS, ReconfigurationCheck
 from rlsched.solver import TenantRequest
 from rlsched.solver.planner import Plan, Planner
 
@@ -58,14 +62,27 @@ class MigratorIlp(Policy):
     plus best-effort progress and retraining gains) minus the reconfiguration cost (GI
     create/destroy seconds and restart downtime x the value it loses), over a lookahead of
     :data:`MIGRATOR_LOOKAHEAD` windows. The forecast is the smoothed (EWMA) rate measured so
-    far, held over the lookahead, plus the queued requests spread over the first window.
+    far, held over the lookahead, plus the queued requests spread over the first window;
+    its spread is how far the measured per-interval rates fell from this forecast over the
+    last :data:`~rlsched.simulator.lookahead.HISTORY_INTERVALS` intervals
+    (:func:`forecast_spread`, the planner's burst-aware value model). Besides the MILP's MPS answer, the planner weighs the
+    priority-fill layouts of the hindsight portfolio (one per maximal layout, busiest
+    tenants in the largest GIs: :func:`~rlsched.agents.baselines.hindsight.layout_candidates`),
+    which the MILP cannot express. A change is made only if it pays back: the analytic
+    model must predict a gain beyond its cost plus a margin
+    (:meth:`~rlsched.solver.planner.Planner.payback_hurdle`), and the request-level
+    simulator, replaying the measured per-interval rates from the observed backlog
+    (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`), must confirm a gain over
+    its horizon; of the MILP's answer and the best priority-fill layout, the one it
+    confirms most is made.
 
     Departs: MIGRator forecasts arrivals with a learned predictor and plans a per-window
     sequence over its lookahead, reconfigures every second and hides the cost by
     pre-initializing instances; here the forecast is an EWMA, one configuration is held over
-    the lookahead (receding horizon), restarts are paid in full, every GI runs MPS (no
-    priority fill or time slicing), and co-location is priced with the worst co-runner
-    (see the planner's docstring).
+    the lookahead (receding horizon), restarts are paid in full unless the scenario enables
+    make-before-break, the MILP's GIs run MPS (priority fill only as whole candidate
+    layouts, no time slicing), and co-location is priced with the worst co-runner (see the
+    planner's docstring).
     """
 
     name = "migrator-ilp"
@@ -73,10 +90,59 @@ class MigratorIlp(Policy):
     def reset(self, env: GpuShareEnv) -> None:
         self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
         self.last_plan: Plan | None = None
+        self.residuals: dict[str, deque[float]] = {t.name: deque(maxlen=HISTORY_INTERVALS) for t in env.scenario.inference_tenants()}
+        self.forecast_rps: dict[str, float] = {}
+        self.check = ReconfigurationCheck(env.scenario, env.backend.perf_model)
+        self.candidates = [c for c in layout_candidates(env) if SharingMode.PRIORITY_FILL in {m for modes in c.modes for m in modes}]
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         # Unmeasured tenants (see arrival_rates_rps): no backlog, the scenario's accuracy.
         rates, backlog, accuracy = observed_load(env)
+        measured = env.backend.observe()
+        record_residuals(self.residuals, self.forecast_rps, measured)
+        self.forecast_rps = dict(rates)
+        elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
+        self.check.record(elapsed_s, {name: m["arrival_rate_rps"] for name, m in measured.items() if "arrival_rate_rps" in m})
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
-        self.last_plan = self.planner.plan(windows, env.current, accuracy)
-        return self.last_plan.configuration
+        spread = forecast_spread(self.residuals)
+        current = env.current
+        if current is None:  # nothing runs: every layout starts every tenant
+            self.last_plan = self.planner.plan(windows, current, accuracy, spread, self.candidates)
+            return self.last_plan.configuration
+        self.last_plan = self.planner.plan(windows, current, accuracy, spread)
+        # Changes the analytic model proposes (the MILP's, the best priority-fill layout's)
+        # are confirmed in the simulator on the measured rates replayed: the one that pays
+        # back most over the check's horizon is made, none if none pays back.
+        def score(configuration: Configuration) -> float:
+            value, cost, hurdle = self.planner.assess(configuration, windows, current, accuracy, spread)
+            return value - cost - hurdle
+
+        proposals = [self.last_plan.configuration]
+        if self.candidates:
+            proposals.append(max(self.candidates, key=score))
+        # Only changes the analytic model expects to pay back are simulated (the check is slow).
+        held = score(current)
+        proposals = [c for c in proposals if self.planner.restarted(c, current) and score(c) > held]
+        if not proposals:  # the MILP's answer if it only changes batches (free), else no change
+            return current if self.planner.restarted(self.last_plan.configuration, current) else self.last_plan.configuration
+        left = round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s) if env.backend.episodic else None
+        gains = [self.check.gain(c, current, elapsed_s, rates, backlog, accuracy, intervals_left=left) for c in proposals]
+        k = int(np.argmax(gains))
+        return proposals[k] if gains[k] > 0.0 else current
+
+
+def record_residuals(residuals: dict[str, deque[float]], forecast_rps: dict[str, float], measured: dict[str, dict[str, float]]) -> None:
+    """Append, per tenant, the relative error of the last forecast (``forecast_rps``, the
+    smoothed rate planned with) against the rate then measured (``arrival_rate_rps``)."""
+    for name, history in residuals.items():
+        forecast = forecast_rps.get(name, 0.0)
+        if forecast > 0 and "arrival_rate_rps" in measured.get(name, {}):
+            history.append(float(measured[name]["arrival_rate_rps"]) / forecast - 1.0)
+
+
+def forecast_spread(residuals: dict[str, deque[float]]) -> dict[str, float]:
+    """Per tenant, the root mean square of its recent relative forecast errors: the
+    coefficient of variation of the coming rate around the forecast (0 while fewer than
+    :data:`~rlsched.simulator.lookahead.MIN_HISTORY_INTERVALS` are known)."""
+    return {name: float(np.sqrt(np.mean(np.square(history)))) if len(history) >= MIN_HISTORY_INTERVALS else 0.0
+            for name, history in residuals.items()}
