@@ -70,11 +70,10 @@ class MigratorIlp(Policy):
     tenants in the largest GIs: :func:`~rlsched.agents.baselines.hindsight.layout_candidates`),
     which the MILP cannot express. A change is made only if it pays back: the analytic
     model must predict a gain beyond its cost plus a margin
-    (:meth:`~rlsched.solver.planner.Planner.payback_hurdle`), and the request-level
-    simulator, replaying the measured per-interval rates from the observed backlog
-    (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`), must confirm a gain over
-    its horizon; of the MILP's answer and the best priority-fill layout, the one it
-    confirms most is made.
+    (:meth:`~rlsched.solver.planner.Planner.payback_hurdle`), and a switch to a
+    priority-fill layout must also be confirmed by the request-level simulator replaying
+    the measured per-interval rates from the observed backlog
+    (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`).
 
     Departs: MIGRator forecasts arrivals with a learned predictor and plans a per-window
     sequence over its lookahead, reconfigures every second and hides the cost by
@@ -93,6 +92,7 @@ class MigratorIlp(Policy):
         self.residuals: dict[str, deque[float]] = {t.name: deque(maxlen=HISTORY_INTERVALS) for t in env.scenario.inference_tenants()}
         self.forecast_rps: dict[str, float] = {}
         self.check = ReconfigurationCheck(env.scenario, env.backend.perf_model)
+        self.refused: list[tuple[Configuration, int]] = []  # proposals the check refused, and the decision step
         self.candidates = [c for c in layout_candidates(env) if SharingMode.PRIORITY_FILL in {m for modes in c.modes for m in modes}]
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
@@ -110,25 +110,28 @@ class MigratorIlp(Policy):
             self.last_plan = self.planner.plan(windows, current, accuracy, spread, self.candidates)
             return self.last_plan.configuration
         self.last_plan = self.planner.plan(windows, current, accuracy, spread)
-        # Changes the analytic model proposes (the MILP's, the best priority-fill layout's)
-        # are confirmed in the simulator on the measured rates replayed: the one that pays
-        # back most over the check's horizon is made, none if none pays back.
+        # The MILP's answer passed the analytic payback rule. A priority-fill layout (which
+        # the fluid model values least reliably: the fillers' speed hangs on the first
+        # tenant's bursts) is made only if the simulator, replaying the measured rates,
+        # confirms it pays back; one it refused is not asked again for the lookahead (the
+        # check is slow, and its answer holds that long).
         def score(configuration: Configuration) -> float:
             value, cost, hurdle = self.planner.assess(configuration, windows, current, accuracy, spread)
             return value - cost - hurdle
 
-        proposals = [self.last_plan.configuration]
-        if self.candidates:
-            proposals.append(max(self.candidates, key=score))
-        # Only changes the analytic model expects to pay back are simulated (the check is slow).
-        held = score(current)
-        proposals = [c for c in proposals if self.planner.restarted(c, current) and score(c) > held]
-        if not proposals:  # the MILP's answer if it only changes batches (free), else no change
-            return current if self.planner.restarted(self.last_plan.configuration, current) else self.last_plan.configuration
+        step = round(elapsed_s / env.scenario.decision_interval_s)
+        self.refused = [(c, k) for c, k in self.refused if k + MIGRATOR_LOOKAHEAD > step]
+        candidates = [c for c in self.candidates if self.planner.restarted(c, current) and all(c != refused for refused, _ in self.refused)]
+        if not candidates:
+            return self.last_plan.configuration
+        best = max(candidates, key=score)
+        if self.planner.restarted(self.last_plan.configuration, current) and score(best) <= score(self.last_plan.configuration):
+            return self.last_plan.configuration
         left = round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s) if env.backend.episodic else None
-        gains = [self.check.gain(c, current, elapsed_s, rates, backlog, accuracy, intervals_left=left) for c in proposals]
-        k = int(np.argmax(gains))
-        return proposals[k] if gains[k] > 0.0 else current
+        if self.check.gain(best, current, elapsed_s, rates, backlog, accuracy, intervals_left=left) > 0.0:
+            return best
+        self.refused.append((best, step))
+        return self.last_plan.configuration
 
 
 def record_residuals(residuals: dict[str, deque[float]], forecast_rps: dict[str, float], measured: dict[str, dict[str, float]]) -> None:
