@@ -110,28 +110,32 @@ class MigratorIlp(Policy):
             self.last_plan = self.planner.plan(windows, current, accuracy, spread, self.candidates)
             return self.last_plan.configuration
         self.last_plan = self.planner.plan(windows, current, accuracy, spread)
-        # The MILP's answer passed the analytic payback rule. A priority-fill layout (which
-        # the fluid model values least reliably: the fillers' speed hangs on the first
-        # tenant's bursts) is made only if the simulator, replaying the measured rates,
-        # confirms it pays back; one it refused is not asked again for the lookahead (the
-        # check is slow, and its answer holds that long).
+        # The MILP's answer passed the analytic payback rule against an MPS configuration
+        # and is made. The fluid model values priority fill least reliably (the fillers'
+        # speed hangs on the first tenant's bursts), so a switch to a priority-fill layout,
+        # or away from one (the MILP cannot keep it), is made only if the simulator,
+        # replaying the measured rates, confirms it pays back; one it refused is not asked
+        # again for the lookahead (the check is slow, and its answer holds that long).
         def score(configuration: Configuration) -> float:
             value, cost, hurdle = self.planner.assess(configuration, windows, current, accuracy, spread)
             return value - cost - hurdle
 
+        answer = self.last_plan.configuration
+        filled = SharingMode.PRIORITY_FILL in {m for modes in current.modes for m in modes}
         step = round(elapsed_s / env.scenario.decision_interval_s)
         self.refused = [(c, k) for c, k in self.refused if k + MIGRATOR_LOOKAHEAD > step]
-        candidates = [c for c in self.candidates if self.planner.restarted(c, current) and all(c != refused for refused, _ in self.refused)]
-        if not candidates:
-            return self.last_plan.configuration
-        best = max(candidates, key=score)
-        if self.planner.restarted(self.last_plan.configuration, current) and score(best) <= score(self.last_plan.configuration):
-            return self.last_plan.configuration
+        proposals = [c for c in ([answer] if filled else []) + self.candidates
+                     if self.planner.restarted(c, current) and all(c != refused for refused, _ in self.refused)]
+        if not filled and self.planner.restarted(answer, current):
+            return answer
+        if not proposals:
+            return current if self.planner.restarted(answer, current) else answer
+        best = max(proposals, key=score)
         left = round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s) if env.backend.episodic else None
         if self.check.gain(best, current, elapsed_s, rates, backlog, accuracy, intervals_left=left) > 0.0:
             return best
         self.refused.append((best, step))
-        return self.last_plan.configuration
+        return current if self.planner.restarted(answer, current) else answer
 
 
 def record_residuals(residuals: dict[str, deque[float]], forecast_rps: dict[str, float], measured: dict[str, dict[str, float]]) -> None:
