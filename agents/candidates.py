@@ -113,7 +113,7 @@ class CandidateLibrary:
     def score(self, windows: Windows, current: Configuration, accuracy: Mapping[str, float]) -> ScoredCandidates:
         """The running configuration and every library entry, valued at ``windows``."""
         candidates = [current] + [c for c in self.configurations if c != current]
-        value, cost = (np.array(x, dtype=float) for x in zip(*self.planner.evaluate_many(candidates, windows, current, accuracy), strict=True))
+        value, cost = (np.array(x, dtype=float) for x in zip(*(self.planner.evaluate(c, windows, current, accuracy) for c in candidates), strict=True))
         cost[0] = 0.0
         return ScoredCandidates(candidates, value, cost)
 

@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlsched.cli.main import main
@@ -58,6 +59,21 @@ def test_trace_override_replaces_the_arrivals():
         with_trace_overrides(s, [f"nobody={TRACES / 'azure_llm_conv_timestamps.csv'}"])
     with pytest.raises(ConfigError, match="rate scale"):
         with_trace_overrides(s, [f"bert={TRACES / 'azure_llm_conv_timestamps.csv'}:-2"])
+
+
+def test_trace_override_time_warp_compresses_a_rate_series():
+    # FILE:SCALE:WARP: 48 trace seconds per simulated second put two days of 10-minute
+    # windows into the hour; without WARP the hour replays the first six windows.
+    s = load_scenario("steady")
+    file = TRACES / "servegen_m_large_rate_10min.csv"
+    plain = with_trace_overrides(s, [f"bert={file}:2"]).tenant("bert").arrivals
+    warped = with_trace_overrides(s, [f"bert={file}:2:48"]).tenant("bert").arrivals
+    assert plain.time_warp == 1.0 and warped.time_warp == 48.0 and warped.rate_scale == plain.rate_scale == 2.0
+    rng = np.random.default_rng(0)
+    hourly = [len(warped.sample(t, t + 60.0, rng)) for t in range(0, 3600, 60)]
+    assert max(hourly) > 2 * min(hourly)  # day and night within the hour
+    with pytest.raises(ConfigError, match="time warp"):
+        with_trace_overrides(s, [f"bert={file}:2:0"])
 
 
 GOOD = """

@@ -284,7 +284,9 @@ def test_reconfiguration_check_keeps_the_running_configuration_unless_a_gain_is_
     checked = f"ppo:{_takeover_copy(always, tmp_path / 'checked.onnx', '2', key='reconfiguration_check_samples')}"
     recorded = []
     original_record = ReconfigurationCheck.record
-    monkeypatch.setattr(ReconfigurationCheck, "record", lambda self, t, rates: recorded.append((t, dict(rates))) or original_record(self, t, rates))
+    # The policy's own check (2 streams), not the one migrator-ilp keeps when it takes over.
+    monkeypatch.setattr(ReconfigurationCheck, "record",
+                        lambda self, t, rates: (self.samples == 2 and recorded.append((t, dict(rates)))) or original_record(self, t, rates))
     real = run_episode(env, checked, 3)
     assert real.report["checked_changes"] >= real.report["kept_by_check"] and real.report["checked_changes"] > 0
     # The check's forecast is fed every interval's measured rates, once per interval, of the inference tenants only.
@@ -299,10 +301,12 @@ def test_reconfiguration_check_keeps_the_running_configuration_unless_a_gain_is_
     result, _ = evaluate(TINY, [checked], perf_model="toy", progress=False)
     report = result["reports"][checked][0]
     assert f"the reconfiguration check kept {report['kept_by_check']:,} of {report['checked_changes']:,} proposed changes out" in format_table(result)
-    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state, **left: 1.0)
+    # Forced answers for the policy's check only: migrator-ilp's own check stays as it is.
+    original_gain = ReconfigurationCheck.gain
+    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state, **left: 1.0 if self.samples == 2 else original_gain(self, *state, **left))
     passed = run_episode(env, checked, 3)
     assert passed.goodput == planner.goodput and passed.layouts == planner.layouts and passed.report["kept_by_check"] == 0
-    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state, **left: -1.0)
+    monkeypatch.setattr(ReconfigurationCheck, "gain", lambda self, *state, **left: -1.0 if self.samples == 2 else original_gain(self, *state, **left))
     kept = run_episode(env, checked, 3)
     assert kept.reconfigurations == 0 and kept.report["kept_by_check"] == kept.report["checked_changes"] > 0
 

@@ -101,7 +101,7 @@ def cmd_export_mig_parted(args: argparse.Namespace) -> int:
 def _add_scenario_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """--scenario and --trace: every command that takes a scenario accepts both."""
     parser.add_argument("--scenario", required=required, help="scenario YAML file, or the name of a bundled one (e.g. default)")
-    parser.add_argument("--trace", action="append", default=[], metavar="TENANT=FILE[:SCALE]", help="replay a trace file for an inference tenant, rate scaled by SCALE (repeatable)")
+    parser.add_argument("--trace", action="append", default=[], metavar="TENANT=FILE[:SCALE[:WARP]]", help="replay a trace file for an inference tenant, rate scaled by SCALE, WARP trace seconds per simulated second (repeatable)")
 
 
 def load_scenario_from_args(args: argparse.Namespace):

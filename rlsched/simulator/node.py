@@ -56,6 +56,15 @@ from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, Infer
 #: instance; used only when the performance model does not state its own
 #: (``sharing-modes.yaml: priority_fill.min_idle_frac``).
 MIN_IDLE_FRACTION = 0.02
+
+
+def min_idle_fraction(perf_model: object) -> float:
+    """The least fraction of a priority-fill instance its low-priority tenants get: the
+    performance model's (``sharing-modes.yaml: priority_fill.min_idle_frac``), or
+    :data:`MIN_IDLE_FRACTION` when it states none."""
+    sharing = getattr(perf_model, "_sharing", None)  # the calibrated model's sharing-modes.yaml
+    return float(sharing["priority_fill"]["min_idle_frac"]) if isinstance(sharing, dict) and "priority_fill" in sharing else MIN_IDLE_FRACTION
+
 #: Weight of the newest interval in the smoothed arrival rate of the observation.
 RATE_EWMA_WEIGHT = 0.3
 
@@ -202,8 +211,7 @@ class NodeSimulator:
         # Tenants that come and go; the others are in every interval's active set.
         self._windowed = [t for t in scenario.tenants if t.active_windows_s]
         self._always_active = frozenset(t.name for t in scenario.tenants if not t.active_windows_s)
-        sharing = getattr(perf_model, "_sharing", None)  # the calibrated model's sharing-modes.yaml
-        self.min_idle_fraction = float(sharing["priority_fill"]["min_idle_frac"]) if isinstance(sharing, dict) and "priority_fill" in sharing else MIN_IDLE_FRACTION
+        self.min_idle_fraction = min_idle_fraction(perf_model)
         self._seed = seed
         self.reset(seed)
 

@@ -11,9 +11,12 @@ thread, fixed seed), built from a *value table*:
   (``latency_curve_ms`` / ``predict`` / ``train_step_s``):
 
   * inference: capacity = batch / mean batch latency; a fluid approximation of the
-    dynamic batcher (:meth:`Planner.on_time_fraction`: the batch settles where its
+    dynamic batcher (:meth:`Planner.steady_on_time_fractions`: the batch settles where its
     throughput carries the rate, a request waits for the batch in flight, none is on time
-    beyond the largest batch's capacity) gives the fraction f answered within the SLO;
+    beyond the largest batch's capacity) gives the fraction f answered within the SLO at a
+    steady rate; under bursts (:meth:`Planner.on_time_fraction`) f is averaged over
+    quantiles of the rate, spread as far as the recent forecasts erred, and the backlog a
+    burst above capacity leaves is drained at the spare capacity;
     on-time requests x accuracy x priority weight minus the SLO penalty for the rest
     (``goodput_terms``). The batch (the batcher's maximum) is the one of the tenant's
     levels (up to ``max_batch``, fitting the GI's memory) with the largest value (then the
@@ -34,8 +37,15 @@ thread, fixed seed), built from a *value table*:
   forgone until it is ready (GI create + ``restart_s``). Otherwise its downtime
   (``restart_s``, plus, in a GI the layout creates, the catalog's create time and the
   destroy times of the running GIs it overlaps) loses the value it would have earned
-  meanwhile, and the requests arriving then are charged the SLO penalty;
+  meanwhile, the requests arriving then are charged the SLO penalty, and so are those
+  arriving after the restart while the backlog it left drains (:meth:`Planner.late_after_restart`);
   ``weights.reconfiguration_per_s`` is added per second of downtime.
+- Payback (no flapping): a change is made only if its predicted gain over the lookahead
+  exceeds its cost plus a hurdle, the value model's measured error times what is at stake
+  (:meth:`Planner.payback_hurdle`).
+- Priority fill: whole configurations with priority-fill GIs (FIKIT) can be weighed against
+  the MILP's answer (``candidates`` of :meth:`Planner.plan`), valued as the simulator
+  serves them (:meth:`Planner.priority_fill_values`).
 
 Variables: per GPU one layout among the maximal ones (:func:`~rlsched.hardware.enumerate_layouts`,
 the one hardware model; plus the running layout), per tenant one option (GPU, GI placement,
@@ -47,19 +57,17 @@ joint MILP over symmetric GPUs takes seconds); the joint MILP is used only when 
 runs yet.
 
 Departs from MIGRator: one configuration is held over the lookahead windows (a receding
-horizon re-planned every interval) rather than a per-window sequence; every GI runs in MPS
-mode (priority fill and time slicing are not chosen); co-location interference is priced
-with the worst co-runner; the GI wait of a created instance is estimated from that GI
-alone (the simulator charges the GPU's whole change plan); and the backlog a restart leaves
-(the simulator queues the requests arriving during the downtime) is not carried into the
-later windows, so the late answers while it drains are not priced (README, "What was
-tried": pricing them as downtime / (1 - load) stopped the planner reconfiguring at all).
+horizon re-planned every interval) rather than a per-window sequence; the MILP's GIs run in
+MPS mode (priority fill only as whole candidate configurations, time slicing not at all);
+co-location interference is priced with the worst co-runner; and the GI wait of a created
+instance is estimated from that GI alone (the simulator charges the GPU's whole change plan).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from statistics import NormalDist
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -69,6 +77,7 @@ from rlsched.decision import BATCH_LEVELS, SHARE_LEVELS_PCT, Configuration, Shar
 from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
+from rlsched.simulator.node import min_idle_fraction
 from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
@@ -87,6 +96,17 @@ PLANNER_SOLVER_OPTIONS: dict[str, object] = {"presolve": "on", "mip_rel_gap": 1e
 #: Fraction of the largest batch's throughput below it at which predicted on-time service
 #: starts to fall (linearly to 0 at full load): Poisson bursts within an interval.
 OVERLOAD_MARGIN = 0.3
+#: Quantile points of the per-interval arrival rate the on-time fraction is averaged over
+#: when the recent rates vary (:meth:`Planner.on_time_fraction`); the midpoints of 9 equal
+#: probability bins reach the 94th percentile, where a burst of the recent window sits.
+RATE_QUANTILE_POINTS = 9
+#: The payback rule's margin (:meth:`Planner.payback_hurdle`), a relative error of the value
+#: model. ``scripts/bench_value_model.py`` (seed 0, one hour each) measures the burst-aware
+#: model's per-interval Goodput error at 0.029 on the steady scenario and 0.52-0.66 on the
+#: default and bursty ones; 0.1 is chosen between: it stops the alternating-rate flapping
+#: of tests/test_planner.py while a tenant that outgrows its GI still moves.
+VALUE_MODEL_ERROR = 0.1
+_QUANTILE_Z = np.array([NormalDist().inv_cdf((k + 0.5) / RATE_QUANTILE_POINTS) for k in range(RATE_QUANTILE_POINTS)])
 
 Rates = Mapping[str, float]
 
@@ -104,6 +124,9 @@ class PlanOption:
     :param value: predicted Goodput over the lookahead (value table), request-equivalents
     :param reconfiguration: predicted cost of the restart this option needs (0 when it
         keeps the running placement), request-equivalents
+    :param hurdle: what the option must gain beyond ``reconfiguration`` to be chosen over
+        keeping the running placement (:meth:`Planner.payback_hurdle`; 0 when it keeps it),
+        request-equivalents
     """
 
     tenant: str
@@ -114,6 +137,7 @@ class PlanOption:
     memory_gib: float
     value: float
     reconfiguration: float
+    hurdle: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +153,8 @@ class Plan:
     :param status: HiGHS model status
     :param columns: MILP columns (size)
     :param rows: MILP rows
+    :param hurdle: the payback hurdles of its changes (:meth:`Planner.payback_hurdle`),
+        request-equivalents: it was chosen for ``objective - hurdle``
     """
 
     configuration: Configuration
@@ -139,6 +165,7 @@ class Plan:
     status: str
     columns: int
     rows: int
+    hurdle: float = 0.0
 
 
 class Planner:
@@ -147,9 +174,19 @@ class Planner:
     :param scenario: tenants, GPU type and count, decision interval, Goodput weights
     :param perf_model: the performance model (the simulator's)
     :param memory_gib: ``(tenant name, batch) -> GiB`` (the backend's memory model)
+    :param restart_backlog: charge a restart the late answers while the backlog it left
+        drains (:meth:`late_after_restart`); ``migrator-ilp`` does not (see below), ``migrator-burst`` does
+    :param payback_margin: make a change only if it gains more than its cost plus the
+        payback hurdle (:meth:`payback_hurdle`); ``migrator-ilp`` does not, ``migrator-burst`` does
+
+    The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
+    its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
+    traces they are most of what ``migrator-burst`` gains.
     """
 
-    def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float]) -> None:
+    def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
+                 restart_backlog: bool = False, payback_margin: bool = False) -> None:
+        self.restart_backlog, self.payback_margin = restart_backlog, payback_margin
         self.scenario = scenario
         self.perf = perf_model
         self.memory_gib = memory_gib
@@ -158,6 +195,7 @@ class Planner:
         self.share_levels = tuple(float(s) for s in SHARE_LEVELS_PCT)
         self.batch_levels = tuple(int(b) for b in BATCH_LEVELS)
         self.weights = scenario.weights
+        self.min_idle_fraction = min_idle_fraction(perf_model)
         if self.gpu.mig_supported:
             self.layouts = list(enumerate_layouts(self.gpu, maximal=True))
         else:
@@ -195,10 +233,36 @@ class Planner:
             self._curves[key] = np.max(curves, axis=0) * tenant.tuning_latency_factor(mps_pct)
         return self._curves[key]
 
-    def on_time_fraction(self, tenant: InferenceTenant, rate_rps: float, latency_ms: np.ndarray, max_batch: int) -> float:
-        """Predicted fraction of requests answered within the SLO at ``rate_rps`` by a
-        dynamic batcher forming batches of up to ``max_batch`` (``latency_ms[b - 1]``: mean
-        latency of a batch of b, ms).
+    def on_time_fraction(self, tenant: InferenceTenant, rate_rps: float, latency_ms: np.ndarray, max_batch: int,
+                         rate_cv: float = 0.0) -> float:
+        """Predicted fraction of requests answered within the SLO at mean rate ``rate_rps``
+        by a dynamic batcher forming batches of up to ``max_batch`` (``latency_ms[b - 1]``:
+        mean latency of a batch of b, ms), when the per-interval rate varies around its mean
+        with coefficient of variation ``rate_cv`` (0: a steady rate).
+
+        A varying rate is a lognormal with that mean and CV, read at
+        :data:`RATE_QUANTILE_POINTS` quantiles: each quantile's requests are on time as the
+        steady-rate model (:meth:`steady_on_time_fractions`) says at its rate, weighted by
+        the requests it brings. A quantile above the largest batch's throughput also leaves
+        a backlog that is drained at the spare capacity (throughput minus the mean rate);
+        the requests arriving meanwhile are late (fluid: excess / spare of them). With
+        ``rate_cv`` 0 this is the steady-rate model.
+        """
+        if rate_cv <= 0.0 or rate_rps <= 0.0:
+            return float(self.steady_on_time_fractions(tenant, np.array([rate_rps]), latency_ms, max_batch)[0])
+        sigma = math.sqrt(math.log1p(rate_cv * rate_cv))
+        quantiles = rate_rps * np.exp(sigma * _QUANTILE_Z - 0.5 * sigma * sigma)
+        on_time = self.steady_on_time_fractions(tenant, quantiles, latency_ms, max_batch)
+        fraction = float(np.sum(quantiles * on_time) / np.sum(quantiles))
+        capacity = max_batch * 1000.0 / float(latency_ms[max_batch - 1])
+        if rate_rps >= capacity:
+            return 0.0
+        excess = float(np.mean(np.maximum(quantiles - capacity, 0.0)))
+        return max(fraction - excess / (capacity - rate_rps), 0.0)
+
+    @staticmethod
+    def steady_on_time_fractions(tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batch: int) -> np.ndarray:
+        """:meth:`on_time_fraction` at steady rates (Poisson arrivals at each of ``rates_rps``).
 
         Fluid approximation of dynamic batching: the batch settles at the smallest size b
         whose throughput b / L(b) carries the rate; a request waits for the batch in flight
@@ -207,40 +271,41 @@ class Planner:
         throughput the FIFO backlog grows and every request ends up late (0); the last
         :data:`OVERLOAD_MARGIN` below it lose linearly (bursts within the interval).
         """
-        if rate_rps <= 0:
-            return 1.0 if latency_ms[0] < tenant.slo_ms else 0.0
         sizes = np.arange(1, max_batch + 1)
         throughput = sizes * 1000.0 / latency_ms[:max_batch]
-        carries = np.nonzero(throughput >= rate_rps)[0]
-        if carries.size == 0:
-            return 0.0
-        latency = float(latency_ms[carries[0]])
-        fraction = min(max((tenant.slo_ms - latency) / latency, 0.0), 1.0)
-        rho = rate_rps / float(throughput[-1])
-        return fraction * min(1.0, (1.0 - rho) / OVERLOAD_MARGIN)
+        carries = throughput[None, :] >= rates_rps[:, None]
+        latency = latency_ms[np.argmax(carries, axis=1)]
+        fraction = np.clip((tenant.slo_ms - latency) / latency, 0.0, 1.0)
+        rho = rates_rps / float(throughput[-1])
+        fraction = fraction * np.minimum(1.0, (1.0 - rho) / OVERLOAD_MARGIN)
+        fraction[~carries.any(axis=1)] = 0.0
+        fraction[rates_rps <= 0] = 1.0 if latency_ms[0] < tenant.slo_ms else 0.0
+        return fraction
 
-    def _inference_value(self, tenant: InferenceTenant, profile: str | None, mps_pct: float, batch: int | None,
-                         rates: Sequence[Rates], accuracy: float) -> tuple[float, int]:
-        """(value over the lookahead, batch) of one option; ``batch`` None: the best level."""
-        latency = self.latency_ms(tenant, profile, mps_pct)
-        if batch is None:
-            memory = self._gi_memory(profile)
-            levels = [b for b in self.batch_levels if b <= tenant.max_batch and self.memory_gib(tenant.name, b) <= memory + 1e-9]
-            levels = levels or [1]
-        else:
-            levels = [min(batch, tenant.max_batch)]
+    def _batch_levels(self, tenant: InferenceTenant, profile: str | None, batch: int | None) -> list[int]:
+        """The batches an option is valued at: ``batch``, or (None) every level that fits the GI."""
+        if batch is not None:
+            return [min(batch, tenant.max_batch)]
+        memory = self._gi_memory(profile)
+        levels = [b for b in self.batch_levels if b <= tenant.max_batch and self.memory_gib(tenant.name, b) <= memory + 1e-9]
+        return levels or [1]
+
+    def _inference_value(self, tenant: InferenceTenant, latency: np.ndarray, levels: Sequence[int], rates: Sequence[Rates],
+                         accuracy: float, rate_cv: float) -> tuple[float, int]:
+        """(value over the lookahead, batch) of serving ``tenant`` with batch latencies
+        ``latency`` (ms, index 0 = batch 1) at the best of ``levels``."""
         best: tuple[float, float, int] | None = None
         for b in levels:
             value = 0.0
             for r in rates:
                 requests = r[tenant.name] * self.interval_s
-                on_time = requests * self.on_time_fraction(tenant, r[tenant.name], latency, b)
+                on_time = requests * self.on_time_fraction(tenant, r[tenant.name], latency, b, rate_cv)
                 value += goodput_terms(self.weights, tenant.priority.value, on_time, accuracy, violated=requests - on_time).total
             key = (value, b * 1000.0 / float(latency[b - 1]), b)
             if best is None or key[:2] > best[:2]:
                 best = key
         assert best is not None
-        return best[0] + SHARE_TIE_BREAK * mps_pct, best[2]
+        return best[0], best[2]
 
     def _work_rate(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int) -> float:
         """Best effort: full-GPU seconds of progress per second; CL: samples per second
@@ -261,8 +326,10 @@ class Planner:
         return self._work[key]
 
     def _background_value(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int,
-                          rates: Sequence[Rates], accuracy: Mapping[str, float]) -> float:
-        rate = self._work_rate(tenant, profile, mps_pct, batch)
+                          rates: Sequence[Rates], accuracy: Mapping[str, float], speed: float = 1.0) -> float:
+        """Value of a best-effort or retraining job over the lookahead; ``speed`` scales its
+        work rate (a priority-fill filler runs at the idle fraction the first tenant leaves)."""
+        rate = self._work_rate(tenant, profile, mps_pct, batch) * speed
         horizon_s = self.interval_s * len(rates)
         if isinstance(tenant, BestEffortJob):
             value = goodput_terms(self.weights, tenant.priority.value, best_effort_progress_s=tenant.work_weight * rate * horizon_s).total
@@ -282,18 +349,28 @@ class Planner:
         return value + SHARE_TIE_BREAK * mps_pct
 
     def option_value(self, tenant: Tenant, profile: str | None, mps_pct: float, rates: Sequence[Rates],
-                     accuracy: Mapping[str, float], batch: int | None = None) -> tuple[float, int]:
+                     accuracy: Mapping[str, float], batch: int | None = None, rate_cv: Rates | None = None) -> tuple[float, int]:
         """(predicted Goodput over the lookahead, batch) of running ``tenant`` alone-equivalent
-        in a GI of ``profile`` at ``mps_pct``; ``batch`` None picks the best batch level."""
+        in a GI of ``profile`` at ``mps_pct``; ``batch`` None picks the best batch level.
+
+        :param rate_cv: per inference tenant, the coefficient of variation of its recent
+            per-interval arrival rates (:meth:`on_time_fraction`; missing: steady)
+        """
         if isinstance(tenant, InferenceTenant):
-            return self._inference_value(tenant, profile, mps_pct, batch, rates, accuracy.get(tenant.name, tenant.accuracy))
+            value, b = self._inference_value(tenant, self.latency_ms(tenant, profile, mps_pct), self._batch_levels(tenant, profile, batch),
+                                             rates, accuracy.get(tenant.name, tenant.accuracy), (rate_cv or {}).get(tenant.name, 0.0))
+            return value + SHARE_TIE_BREAK * mps_pct, b
         b = self._background_batch[tenant.name] if batch is None else batch
         return self._background_value(tenant, profile, mps_pct, b, rates, accuracy), b
 
-    def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates]) -> float:
+    def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
+                     drain: tuple[float, float] | None = None) -> float:
         """What ``downtime_s`` of restart costs an option worth ``value`` over the lookahead:
         the value it would have earned meanwhile, plus the SLO penalty of the requests that
-        arrive then, plus ``reconfiguration_per_s`` per second."""
+        arrive then, plus ``reconfiguration_per_s`` per second; and, for an inference option
+        whose ``drain`` (capacity, requests/s; SLO slack at the largest batch, s) is given,
+        the requests arriving after the restart that are still late while the backlog it
+        left drains (:meth:`late_after_restart`), each losing its value and paying the penalty."""
         loss = goodput_terms(self.weights, tenant.priority.value, downtime_s=downtime_s).reconfiguration_cost
         per_window = value / len(rates)
         for k, r in enumerate(rates):
@@ -304,7 +381,41 @@ class Planner:
             if isinstance(tenant, InferenceTenant):  # every request arriving while down is dropped
                 down = goodput_terms(self.weights, tenant.priority.value, dropped=r[tenant.name] * self.interval_s).total
             loss += overlap * max(per_window - down, 0.0)
+        if drain is not None and isinstance(tenant, InferenceTenant) and rates[0][tenant.name] > 0:
+            rate = rates[0][tenant.name]
+            horizon_s = self.interval_s * len(rates)
+            late = self.late_after_restart(rate, downtime_s, drain[0], drain[1], horizon_s)
+            penalty = -goodput_terms(self.weights, tenant.priority.value, violated=1.0).total
+            loss += late * max(per_window / (rate * self.interval_s) + penalty, 0.0)
         return loss
+
+    @staticmethod
+    def late_after_restart(rate_rps: float, downtime_s: float, capacity_rps: float, slack_s: float, horizon_s: float) -> float:
+        """Requests arriving after a restart of ``downtime_s`` that are answered late while
+        the backlog it left drains (fluid FIFO: ``rate_rps`` x downtime queued, served at
+        ``capacity_rps``; a request is late when it waits more than ``slack_s``), counted
+        up to ``horizon_s`` from the start of the downtime.
+
+        A request arriving at t after the restart waits (rate x downtime - (capacity - rate)
+        x t) / capacity; the late ones are those before that wait falls to the slack.
+        """
+        if downtime_s <= 0.0 or rate_rps <= 0.0:
+            return 0.0
+        if rate_rps >= capacity_rps:
+            return rate_rps * max(horizon_s - downtime_s, 0.0)
+        backlog = rate_rps * downtime_s
+        late_s = max(backlog - capacity_rps * slack_s, 0.0) / (capacity_rps - rate_rps)
+        return rate_rps * min(late_s, max(horizon_s - downtime_s, 0.0))
+
+    def drain(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int) -> tuple[float, float] | None:
+        """(capacity at ``batch``, requests/s; SLO slack left by a batch of ``batch``, s) of an
+        inference option, the backlog model of :meth:`restart_loss`; None for a job, or when
+        the planner does not price the backlog (``restart_backlog`` off)."""
+        if not isinstance(tenant, InferenceTenant) or not self.restart_backlog:
+            return None
+        b = min(batch, tenant.max_batch)
+        latency_ms = float(self.latency_ms(tenant, profile, mps_pct)[b - 1])
+        return b * 1000.0 / latency_ms, max(tenant.slo_ms - latency_ms, 0.0) / 1000.0
 
     # ------------------------------------------------------------------ options
     def _running(self, current: Configuration | None, name: str) -> tuple[int, GpuInstance | None, float] | None:
@@ -336,26 +447,53 @@ class Planner:
         return wait
 
     def _reconfiguration(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None,
-                         mps_pct: float, value: float, rates: Sequence[Rates], memory_gib: float = 0.0, held_value: float | None = None) -> float:
+                         mps_pct: float, value: float, rates: Sequence[Rates], memory_gib: float = 0.0, held_value: float | None = None,
+                         drain: tuple[float, float] | None = None, mode: SharingMode = SharingMode.MPS) -> float:
         """Predicted cost of moving ``tenant`` to this option from the running configuration.
 
         Make-before-break (the scenario's switch, :meth:`can_stage`): no downtime, but the
         option earns its value only once the new server is ready (GI create + ``restart_s``);
         until then the old instance earns ``held_value`` (the running option's value), so the
         cost is the gain forgone over that delay. Otherwise the full restart
-        (:meth:`restart_loss` of ``restart_s`` plus the GI wait).
+        (:meth:`restart_loss` of ``restart_s`` plus the GI wait, with the backlog it leaves
+        drained at the option's ``drain``).
         """
-        running = self._running(current, tenant.name)
-        if running is not None and running == (g, gi, mps_pct) and (gi is None or gi in current.layouts[g].instances):  # type: ignore[union-attr]
+        if self.unchanged(tenant.name, current, g, gi, mps_pct, mode):
             return 0.0
         if current is not None and tenant.name not in current.placements:
-            return self.restart_loss(tenant, tenant.restart_s, value, rates)
+            return self.restart_loss(tenant, tenant.restart_s, value, rates, drain)
         if current is not None and self.scenario.make_before_break and self.can_stage(tenant.name, current, g, gi, memory_gib):
             delay = tenant.restart_s + (self.gpu.profiles[gi.profile].create_s if gi is not None and gi not in current.layouts[g].instances else 0.0)
             gain = max(value - held_value, 0.0) / len(rates) if held_value is not None else 0.0
             return sum(min(max(delay - k * self.interval_s, 0.0), self.interval_s) / self.interval_s * gain for k in range(len(rates)))
         downtime = tenant.restart_s + self._gi_wait_s(current, g, gi)
-        return self.restart_loss(tenant, downtime, value, rates)
+        return self.restart_loss(tenant, downtime, value, rates, drain)
+
+    def unchanged(self, name: str, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float,
+                  mode: SharingMode = SharingMode.MPS) -> bool:
+        """True when running tenant ``name`` in ``gi`` on GPU g at ``mps_pct`` in ``mode``
+        keeps its running placement (no restart): same GI, kept by the layout, same mode,
+        and under MPS the same share (a running MPS client's share cannot change)."""
+        if current is None or name not in current.placements:
+            return False
+        p = current.placements[name]
+        layout = current.layouts[p.gpu_index]
+        running_gi = layout.instances[p.instance_index] if len(layout) else None
+        if (p.gpu_index, running_gi) != (g, gi) or current.modes[p.gpu_index][p.instance_index] != mode:
+            return False
+        if gi is not None and gi not in current.layouts[g].instances:
+            return False
+        return mode != SharingMode.MPS or float(p.mps_pct) == mps_pct
+
+    def restarted(self, configuration: Configuration, current: Configuration | None) -> list[str]:
+        """The tenants that ``configuration`` restarts when ``current`` runs (all, from nothing)."""
+        restarted = []
+        for name, p in configuration.placements.items():
+            layout = configuration.layouts[p.gpu_index]
+            gi = layout.instances[p.instance_index] if len(layout) else None
+            if not self.unchanged(name, current, p.gpu_index, gi, float(p.mps_pct), configuration.modes[p.gpu_index][p.instance_index]):
+                restarted.append(name)
+        return restarted
 
     def can_stage(self, name: str, current: Configuration, g: int, gi: GpuInstance | None, memory_gib: float) -> bool:
         """True when tenant ``name`` can start in ``gi`` on GPU g while its running instance
@@ -371,14 +509,84 @@ class Planner:
         occupied = {layout.instances[p.instance_index] for p in current.placements.values() if p.gpu_index == g and len(layout)}
         return fits_alongside(sorted(occupied), gi, self.gpu)
 
-    def held_value(self, tenant: Tenant, current: Configuration | None, rates: Sequence[Rates], accuracy: Mapping[str, float]) -> float | None:
+    def held_value(self, tenant: Tenant, current: Configuration | None, rates: Sequence[Rates], accuracy: Mapping[str, float],
+                   rate_cv: Rates | None = None) -> float | None:
         """Predicted value of the tenant's running option over the lookahead (None: not placed)."""
         if current is None or tenant.name not in current.placements:
             return None
-        p = current.placements[tenant.name]
-        layout = current.layouts[p.gpu_index]
-        gi = layout.instances[p.instance_index] if len(layout) else None
-        return self.option_value(tenant, gi.profile if gi else None, float(p.mps_pct), rates, accuracy, p.batch_size)[0]
+        return self.configuration_values(current, rates, accuracy, rate_cv)[tenant.name]
+
+    def configuration_values(self, configuration: Configuration, rates: Sequence[Rates], accuracy: Mapping[str, float],
+                             rate_cv: Rates | None = None) -> dict[str, float]:
+        """Per placed tenant, its predicted value over the lookahead in ``configuration``: an
+        MPS placement as its option in the value table, a priority-fill GI as
+        :meth:`priority_fill_values` says."""
+        values: dict[str, float] = {}
+        filled: set[tuple[int, int]] = set()
+        for name, p in configuration.placements.items():
+            mode = configuration.modes[p.gpu_index][p.instance_index]
+            if mode == SharingMode.PRIORITY_FILL:
+                filled.add((p.gpu_index, p.instance_index))
+                continue
+            layout = configuration.layouts[p.gpu_index]
+            gi = layout.instances[p.instance_index] if len(layout) else None
+            values[name] = self.option_value(self.scenario.tenant(name), gi.profile if gi else None, float(p.mps_pct), rates,
+                                             accuracy, p.batch_size, rate_cv)[0]
+        for g, i in sorted(filled):
+            values.update(self.priority_fill_values(configuration, g, i, rates, accuracy, rate_cv))
+        return values
+
+    def priority_fill_values(self, configuration: Configuration, g: int, i: int, rates: Sequence[Rates],
+                             accuracy: Mapping[str, float], rate_cv: Rates | None = None) -> dict[str, float]:
+        """Per tenant of GI i on GPU g run in priority fill (FIKIT), its predicted value over
+        the lookahead, as the simulator serves it: the highest-priority tenant (scenario
+        order breaks ties) runs at its solo speed plus FIKIT's overhead; the others fill the
+        idle time it leaves, at their solo speed times that idle fraction (never below the
+        performance model's minimum). The idle fraction is 1 minus its utilization at its
+        mean rate (the fluid batcher's settled batch), or the minimum for a job (always busy)."""
+        layout = configuration.layouts[g]
+        gi = layout.instances[i] if len(layout) else None
+        profile = gi.profile if gi else None
+        slices = self._slices(profile)
+        members = sorted((self.scenario.tenant(n) for n in configuration.tenants_in(g, i)), key=lambda t: t.priority.rank)
+        first, fillers = members[0], members[1:]
+        batch = {t.name: configuration.placements[t.name].batch_size for t in members}
+        others = tuple(CoRunner(t.model, min(batch[t.name], t.max_batch) if isinstance(t, InferenceTenant) else batch[t.name],
+                                configuration.placements[t.name].mps_pct) for t in fillers)
+        values: dict[str, float] = {}
+        idle = self.min_idle_fraction
+        if isinstance(first, InferenceTenant):
+            b = min(batch[first.name], first.max_batch)
+            curve = np.asarray(self.perf.latency_curve_ms(self.gpu.name, first.model, first.max_batch, profile, 100.0, SharingMode.PRIORITY_FILL,
+                                                          others, slices, high_priority=bool(others))[0], dtype=float) * first.tuning_latency_factor(100.0)
+            values[first.name] = self._inference_value(first, curve, [b], rates, accuracy.get(first.name, first.accuracy),
+                                                       (rate_cv or {}).get(first.name, 0.0))[0]
+            rate = float(np.mean([r[first.name] for r in rates]))
+            throughput = np.arange(1, b + 1) * 1000.0 / curve[:b]
+            carries = np.nonzero(throughput >= rate)[0]
+            busy = rate / float(throughput[carries[0]]) if carries.size else 1.0
+            idle = max(idle, 1.0 - busy)
+        else:
+            values[first.name] = self._background_value(first, profile, 100.0, batch[first.name], rates, accuracy)
+        for t in fillers:
+            if isinstance(t, InferenceTenant):
+                b = min(batch[t.name], t.max_batch)
+                solo = np.asarray(self.perf.latency_curve_ms(self.gpu.name, t.model, t.max_batch, profile, 100.0, SharingMode.PRIORITY_FILL,
+                                                             (), slices, high_priority=False)[0], dtype=float) * t.tuning_latency_factor(100.0)
+                values[t.name] = self._inference_value(t, solo / idle, [b], rates, accuracy.get(t.name, t.accuracy), (rate_cv or {}).get(t.name, 0.0))[0]
+            else:
+                values[t.name] = self._background_value(t, profile, 100.0, batch[t.name], rates, accuracy, speed=idle)
+        return values
+
+    def payback_hurdle(self, cost: float, held_value: float | None) -> float:
+        """What a change must be predicted to gain beyond its ``cost`` over the lookahead
+        (the payback rule, against flapping): :data:`VALUE_MODEL_ERROR` times what is at
+        stake, the value the tenant holds now (``held_value``) plus the cost, both
+        predicted by a model that errs by that much. A tenant not placed yet (None) must
+        start: no hurdle. 0 with ``payback_margin`` off."""
+        if held_value is None or not self.payback_margin:
+            return 0.0
+        return VALUE_MODEL_ERROR * (abs(held_value) + cost)
 
     def _layouts_for(self, current: Configuration | None, g: int) -> list[Layout]:
         layouts = list(self.layouts)
@@ -387,25 +595,26 @@ class Planner:
         return layouts
 
     def options(self, rates: Sequence[Rates], current: Configuration | None, accuracy: Mapping[str, float],
-                gpus_of: Mapping[str, Sequence[int]] | None = None) -> list[PlanOption]:
+                gpus_of: Mapping[str, Sequence[int]] | None = None, rate_cv: Rates | None = None) -> list[PlanOption]:
         """Every column of the MILP: per tenant, GPU and GI placement, the share levels that
         add value over the smaller ones (plus 100% and the running share), each at its best batch."""
         placements = sorted({gi for layout in self.layouts for gi in layout.instances}) if self.gpu.mig_supported else [None]
         if current is not None and self.gpu.mig_supported:
             placements = sorted(set(placements) | {gi for layout in current.layouts for gi in layout.instances})
         options: list[PlanOption] = []
+        held_values = self.configuration_values(current, rates, accuracy, rate_cv) if current is not None else {}
         for t in self.scenario.tenants:
             if gpus_of is not None and t.name not in gpus_of:
                 continue
             allowed = range(self.scenario.gpu_count) if gpus_of is None else gpus_of[t.name]
             running = self._running(current, t.name)
-            held = self.held_value(t, current, rates, accuracy) if self.scenario.make_before_break else None
+            held = held_values.get(t.name)
             for profile in sorted({gi.profile if gi else None for gi in placements}, key=lambda p: (p is None, p or "")):
                 table = []
                 shares = set(self.share_levels) | ({running[2]} if running else set())
                 best = -math.inf
                 for share in sorted(shares):
-                    value, batch = self.option_value(t, profile, share, rates, accuracy)
+                    value, batch = self.option_value(t, profile, share, rates, accuracy, rate_cv=rate_cv)
                     memory = self.memory_gib(t.name, batch)
                     if memory > self._gi_memory(profile) + 1e-9:
                         continue
@@ -420,8 +629,10 @@ class Planner:
                             keeps = running is not None and running == (g, gi, share)
                             if not (useful or keeps):
                                 continue
-                            cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held)
-                            options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost))
+                            cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held,
+                                                         self.drain(t, profile, share, batch))
+                            hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held)
+                            options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost, hurdle))
         return options
 
     # ------------------------------------------------------------------ the MILP
@@ -435,9 +646,11 @@ class Planner:
         return windows
 
     def plan(self, rates: Rates | Sequence[Rates], current: Configuration | None = None,
-             accuracy: Mapping[str, float] | None = None) -> Plan:
+             accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None,
+             candidates: Sequence[Configuration] = ()) -> Plan:
         """The configuration maximising predicted Goodput over the lookahead minus the cost
-        of getting there from ``current``.
+        of getting there from ``current`` and the payback hurdle of each change
+        (:meth:`payback_hurdle`: a change is made only if it pays back with a margin).
 
         :param rates: per inference tenant, the rate to serve over the next interval,
             requests/s; or a sequence of such maps, one per lookahead window (see
@@ -446,6 +659,11 @@ class Planner:
             charged beyond each tenant's start)
         :param accuracy: per inference tenant, its serving model's current accuracy
             (default: the tenant's ``accuracy``)
+        :param rate_cv: per inference tenant, the coefficient of variation of its recent
+            per-interval arrival rates (:meth:`on_time_fraction`; missing: steady)
+        :param candidates: whole configurations compared with the MILP's answer under the
+            same objective (e.g. priority-fill layouts, which the MILP does not express);
+            the best is returned
         """
         started = time.perf_counter()
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
@@ -462,15 +680,15 @@ class Planner:
                 groups[k % G][0][name] = (k % G,)
         layouts: list[Layout | None] = [None] * G
         placements: dict[str, TenantPlacement] = {}
-        value = cost = 0.0
+        value = cost = hurdle = 0.0
         columns = rows = 0
         statuses = []
         for gpus_of, gpus in groups:
-            chosen, placed, v, c, milp, status = self._solve(windows, current, accuracy, gpus_of, gpus)
+            chosen, placed, v, c, h, milp, status = self._solve(windows, current, accuracy, gpus_of, gpus, rate_cv)
             for g, layout in chosen.items():
                 layouts[g] = layout
             placements.update(placed)
-            value, cost = value + v, cost + c
+            value, cost, hurdle = value + v, cost + c, hurdle + h
             columns, rows = columns + milp.num_columns, rows + milp.num_rows
             statuses.append(status)
         chosen_layouts = tuple(layout for layout in layouts if layout is not None)
@@ -478,15 +696,19 @@ class Planner:
         modes = tuple((SharingMode.MPS,) * (len(layout) if self.gpu.mig_supported else 1) for layout in chosen_layouts)
         config = Configuration(chosen_layouts, modes, {t.name: placements[t.name] for t in self.scenario.tenants})
         status = next((s_ for s_ in statuses if s_ != "kOptimal"), "kOptimal")
-        return Plan(config, value - cost, value, cost, (time.perf_counter() - started) * 1e3, status, columns, rows)
+        for candidate in candidates:
+            v, c, h = self.assess(candidate, windows, current, accuracy, rate_cv)
+            if v - c - h > value - cost - hurdle:
+                config, value, cost, hurdle = candidate, v, c, h
+        return Plan(config, value - cost, value, cost, (time.perf_counter() - started) * 1e3, status, columns, rows, hurdle)
 
     def _solve(self, windows: list[dict[str, float]], current: Configuration | None, accuracy: Mapping[str, float],
-               gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int]
-               ) -> tuple[dict[int, Layout], dict[str, TenantPlacement], float, float, Milp, str]:
+               gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int], rate_cv: Rates | None = None
+               ) -> tuple[dict[int, Layout], dict[str, TenantPlacement], float, float, float, Milp, str]:
         """One MILP over ``gpus`` and the tenants of ``gpus_of`` (allowed GPUs per tenant)."""
-        options = self.options(windows, current, accuracy, gpus_of)
+        options = self.options(windows, current, accuracy, gpus_of, rate_cv)
         milp = Milp()
-        x = [milp.add_binary(-(o.value - o.reconfiguration)) for o in options]
+        x = [milp.add_binary(-(o.value - o.reconfiguration - o.hurdle)) for o in options]
         layouts = {g: self._layouts_for(current, g) for g in gpus}
         y = {g: [milp.add_binary(0.0) for _ in layouts[g]] for g in gpus}
         for g in gpus:
@@ -514,46 +736,43 @@ class Planner:
             raise SolverError(f"planner MILP infeasible ({solution.status}): the tenants' memory cannot be placed")
         chosen = {g: layouts[g][int(np.argmax([solution.values[c] for c in y[g]]))] for g in gpus}
         placements: dict[str, TenantPlacement] = {}
-        value = cost = 0.0
+        value = cost = hurdle = 0.0
         for j, o in enumerate(options):
             if solution.values[x[j]] > 0.5:
                 index = chosen[o.gpu].instances.index(o.instance) if o.instance is not None else 0
                 placements[o.tenant] = TenantPlacement(o.gpu, index, o.mps_pct, o.batch)
                 value += o.value
                 cost += o.reconfiguration
-        return chosen, placements, value, cost, milp, solution.status
+                hurdle += o.hurdle
+        return chosen, placements, value, cost, hurdle, milp, solution.status
 
     def evaluate(self, configuration: Configuration, rates: Rates | Sequence[Rates], current: Configuration | None = None,
-                 accuracy: Mapping[str, float] | None = None) -> tuple[float, float]:
+                 accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> tuple[float, float]:
         """(value-table sum, reconfiguration cost) of a configuration under the planner's
         model: the planner's objective of that configuration is their difference."""
-        return self.evaluate_many([configuration], rates, current, accuracy)[0]
+        value, cost, _ = self.assess(configuration, rates, current, accuracy, rate_cv)
+        return value, cost
 
-    def evaluate_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
-                      accuracy: Mapping[str, float] | None = None) -> list[tuple[float, float]]:
-        """:meth:`evaluate` of each configuration at the same rates and from the same running
-        one; configurations share most of their tenant placements, each valued once."""
+    def assess(self, configuration: Configuration, rates: Rates | Sequence[Rates], current: Configuration | None = None,
+               accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> tuple[float, float, float]:
+        """(value, reconfiguration cost, payback hurdle) of a configuration, each summed over
+        tenants (:meth:`evaluate`, :meth:`payback_hurdle`); any sharing mode."""
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
-        held = {t.name: self.held_value(t, current, windows, accuracy) if self.scenario.make_before_break else None for t in self.scenario.tenants}
-        values: dict[tuple, float] = {}  # (tenant, GI profile, share, batch) -> value
-        costs: dict[tuple, float] = {}  # (tenant, GPU, GI, share, batch) -> reconfiguration cost
-        results = []
-        for configuration in configurations:
-            value = cost = 0.0
-            for t in self.scenario.tenants:
-                p = configuration.placements[t.name]
-                layout = configuration.layouts[p.gpu_index]
-                gi = layout.instances[p.instance_index] if len(layout) else None
-                profile, share = (gi.profile if gi else None), float(p.mps_pct)
-                option = (t.name, profile, share, p.batch_size)
-                if option not in values:
-                    values[option] = self.option_value(t, profile, share, windows, accuracy, p.batch_size)[0]
-                move = (t.name, p.gpu_index, gi, share, p.batch_size)
-                if move not in costs:
-                    costs[move] = self._reconfiguration(t, current, p.gpu_index, gi, share, values[option], windows,
-                                                        self.memory_gib(t.name, p.batch_size), held[t.name])
-                value += values[option]
-                cost += costs[move]
-            results.append((value, cost))
-        return results
+        values = self.configuration_values(configuration, windows, accuracy, rate_cv)
+        held_values = self.configuration_values(current, windows, accuracy, rate_cv) if current is not None else {}
+        value = cost = hurdle = 0.0
+        for t in self.scenario.tenants:
+            p = configuration.placements[t.name]
+            layout = configuration.layouts[p.gpu_index]
+            gi = layout.instances[p.instance_index] if len(layout) else None
+            mode = configuration.modes[p.gpu_index][p.instance_index]
+            share = float(p.mps_pct) if mode == SharingMode.MPS else 100.0
+            value += values[t.name]
+            held = held_values.get(t.name)
+            c = self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), values[t.name], windows, self.memory_gib(t.name, p.batch_size),
+                                      held if self.scenario.make_before_break else None, self.drain(t, gi.profile if gi else None, share, p.batch_size), mode)
+            cost += c
+            if not self.unchanged(t.name, current, p.gpu_index, gi, float(p.mps_pct), mode):
+                hurdle += self.payback_hurdle(c, held)
+        return value, cost, hurdle
