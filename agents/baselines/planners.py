@@ -94,33 +94,26 @@ class MigratorBurst(MigratorIlp):
     holds its first layout and earns 5.2% less than ``migrator-ilp``; on bursty and
     day/night traces it earns far more.
 
-    Follows MIGRator (arXiv 2407.13126): every decision interval one HiGHS MILP
-    (:class:`rlsched.solver.planner.Planner`) chooses each GPU's MIG layout and each
-    tenant's GI, MPS share and batch so as to maximise the Goodput predicted from forecast
-    arrival rates (on-time requests x accuracy x priority weight, minus the SLO penalty,
-    plus best-effort progress and retraining gains) minus the reconfiguration cost (GI
-    create/destroy seconds and restart downtime x the value it loses), over a lookahead of
-    :data:`MIGRATOR_LOOKAHEAD` windows. The forecast is the smoothed (EWMA) rate measured so
-    far, held over the lookahead, plus the queued requests spread over the first window;
-    its spread is how far the measured per-interval rates fell from this forecast over the
-    last :data:`~rlsched.simulator.lookahead.HISTORY_INTERVALS` intervals
-    (:func:`forecast_spread`, the planner's burst-aware value model). Besides the MILP's MPS answer, the planner weighs the
-    priority-fill layouts of the hindsight portfolio (one per maximal layout, busiest
-    tenants in the largest GIs: :func:`~rlsched.agents.baselines.hindsight.layout_candidates`),
-    which the MILP cannot express. A change is made only if it pays back: the analytic
-    model must predict a gain beyond its cost plus a margin
-    (:meth:`~rlsched.solver.planner.Planner.payback_hurdle`), and a switch to a
-    priority-fill layout must also be confirmed by the request-level simulator replaying
-    the measured per-interval rates from the observed backlog
-    (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`).
+    The same MILP and EWMA forecast as :class:`MigratorIlp`, with four differences:
 
-    Departs: MIGRator forecasts arrivals with a learned predictor and plans a per-window
-    sequence over its lookahead, reconfigures every second and hides the cost by
-    pre-initializing instances; here the forecast is an EWMA, one configuration is held over
-    the lookahead (receding horizon), restarts are paid in full unless the scenario enables
-    make-before-break, the MILP's GIs run MPS (priority fill only as whole candidate
-    layouts, no time slicing), and co-location is priced with the worst co-runner (see the
-    planner's docstring).
+    - the forecast has a spread: how far the measured per-interval rates fell from it over
+      the last :data:`~rlsched.simulator.lookahead.HISTORY_INTERVALS` intervals
+      (:func:`forecast_spread`); the planner averages the on-time fraction over rate
+      quantiles that wide (its burst-aware value model);
+    - a restart is charged the backlog it leaves, and a change is made only if the model
+      predicts a gain beyond its cost plus a margin
+      (:meth:`~rlsched.solver.planner.Planner.payback_hurdle`): the planner's
+      ``restart_backlog`` and ``payback_margin`` switches;
+    - besides the MILP's MPS answer it weighs the priority-fill layouts of the hindsight
+      portfolio (one per maximal layout, busiest tenants in the largest GIs:
+      :func:`~rlsched.agents.baselines.hindsight.layout_candidates`), which the MILP cannot
+      express;
+    - a switch to or away from priority fill must also be confirmed by the request-level
+      simulator replaying the measured per-interval rates from the observed backlog
+      (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`).
+
+    Departs from MIGRator as :class:`MigratorIlp` does, except that priority fill is chosen
+    (as whole candidate layouts).
     """
 
     name = "migrator-burst"
