@@ -113,7 +113,8 @@ class CandidateLibrary:
     def score(self, windows: Windows, current: Configuration, accuracy: Mapping[str, float]) -> ScoredCandidates:
         """The running configuration and every library entry, valued at ``windows``."""
         candidates = [current] + [c for c in self.configurations if c != current]
-        value, cost = (np.array(x, dtype=float) for x in zip(*(self.planner.evaluate(c, windows, current, accuracy) for c in candidates), strict=True))
+        assessed = self.planner.assess_many(candidates, windows, current, accuracy)
+        value, cost = (np.array([a[k] for a in assessed], dtype=float) for k in (0, 1))
         cost[0] = 0.0
         return ScoredCandidates(candidates, value, cost)
 

@@ -517,10 +517,15 @@ class Planner:
         return self.configuration_values(current, rates, accuracy, rate_cv)[tenant.name]
 
     def configuration_values(self, configuration: Configuration, rates: Sequence[Rates], accuracy: Mapping[str, float],
-                             rate_cv: Rates | None = None) -> dict[str, float]:
+                             rate_cv: Rates | None = None, options: dict[tuple, float] | None = None) -> dict[str, float]:
         """Per placed tenant, its predicted value over the lookahead in ``configuration``: an
         MPS placement as its option in the value table, a priority-fill GI as
-        :meth:`priority_fill_values` says."""
+        :meth:`priority_fill_values` says.
+
+        :param options: MPS option values already computed at these rates (tenant, GI
+            profile, share, batch -> value), filled in as they are computed
+        """
+        options = {} if options is None else options
         values: dict[str, float] = {}
         filled: set[tuple[int, int]] = set()
         for name, p in configuration.placements.items():
@@ -530,8 +535,10 @@ class Planner:
                 continue
             layout = configuration.layouts[p.gpu_index]
             gi = layout.instances[p.instance_index] if len(layout) else None
-            values[name] = self.option_value(self.scenario.tenant(name), gi.profile if gi else None, float(p.mps_pct), rates,
-                                             accuracy, p.batch_size, rate_cv)[0]
+            key = (name, gi.profile if gi else None, float(p.mps_pct), p.batch_size)
+            if key not in options:
+                options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, p.batch_size, rate_cv)[0]
+            values[name] = options[key]
         for g, i in sorted(filled):
             values.update(self.priority_fill_values(configuration, g, i, rates, accuracy, rate_cv))
         return values
@@ -757,22 +764,35 @@ class Planner:
                accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> tuple[float, float, float]:
         """(value, reconfiguration cost, payback hurdle) of a configuration, each summed over
         tenants (:meth:`evaluate`, :meth:`payback_hurdle`); any sharing mode."""
+        return self.assess_many([configuration], rates, current, accuracy, rate_cv)[0]
+
+    def assess_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
+                    accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[tuple[float, float, float]]:
+        """:meth:`assess` of each configuration from the same running one at the same rates
+        (a choice among candidates): the running configuration's values are computed once,
+        and an MPS option the candidates share is valued once."""
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
-        values = self.configuration_values(configuration, windows, accuracy, rate_cv)
-        held_values = self.configuration_values(current, windows, accuracy, rate_cv) if current is not None else {}
-        value = cost = hurdle = 0.0
-        for t in self.scenario.tenants:
-            p = configuration.placements[t.name]
-            layout = configuration.layouts[p.gpu_index]
-            gi = layout.instances[p.instance_index] if len(layout) else None
-            mode = configuration.modes[p.gpu_index][p.instance_index]
-            share = float(p.mps_pct) if mode == SharingMode.MPS else 100.0
-            value += values[t.name]
-            held = held_values.get(t.name)
-            c = self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), values[t.name], windows, self.memory_gib(t.name, p.batch_size),
-                                      held if self.scenario.make_before_break else None, self.drain(t, gi.profile if gi else None, share, p.batch_size), mode)
-            cost += c
-            if not self.unchanged(t.name, current, p.gpu_index, gi, float(p.mps_pct), mode):
-                hurdle += self.payback_hurdle(c, held)
-        return value, cost, hurdle
+        options: dict[tuple, float] = {}
+        # What the tenants hold now matters only to make-before-break and the payback hurdle.
+        needs_held = current is not None and (self.scenario.make_before_break or self.payback_margin)
+        held_values = self.configuration_values(current, windows, accuracy, rate_cv, options) if needs_held else {}
+        results = []
+        for configuration in configurations:
+            values = self.configuration_values(configuration, windows, accuracy, rate_cv, options)
+            value = cost = hurdle = 0.0
+            for t in self.scenario.tenants:
+                p = configuration.placements[t.name]
+                layout = configuration.layouts[p.gpu_index]
+                gi = layout.instances[p.instance_index] if len(layout) else None
+                mode = configuration.modes[p.gpu_index][p.instance_index]
+                share = float(p.mps_pct) if mode == SharingMode.MPS else 100.0
+                value += values[t.name]
+                held = held_values.get(t.name)
+                c = self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), values[t.name], windows, self.memory_gib(t.name, p.batch_size),
+                                          held if self.scenario.make_before_break else None, self.drain(t, gi.profile if gi else None, share, p.batch_size), mode)
+                cost += c
+                if not self.unchanged(t.name, current, p.gpu_index, gi, float(p.mps_pct), mode):
+                    hurdle += self.payback_hurdle(c, held)
+            results.append((value, cost, hurdle))
+        return results
