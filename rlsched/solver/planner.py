@@ -295,11 +295,15 @@ class Planner:
         """(value over the lookahead, batch) of serving ``tenant`` with batch latencies
         ``latency`` (ms, index 0 = batch 1) at the best of ``levels``."""
         best: tuple[float, float, int] | None = None
+        window_rates = np.array([r[tenant.name] for r in rates], dtype=float)
         for b in levels:
             value = 0.0
-            for r in rates:
-                requests = r[tenant.name] * self.interval_s
-                on_time = requests * self.on_time_fraction(tenant, r[tenant.name], latency, b, rate_cv)
+            # Steady rates: every window's fraction in one vectorised call (the planner's hot loop).
+            fractions = (self.steady_on_time_fractions(tenant, window_rates, latency, b) if rate_cv <= 0.0
+                         else [self.on_time_fraction(tenant, float(rate), latency, b, rate_cv) for rate in window_rates])
+            for rate, fraction in zip(window_rates, fractions, strict=True):
+                requests = float(rate) * self.interval_s
+                on_time = requests * float(fraction)
                 value += goodput_terms(self.weights, tenant.priority.value, on_time, accuracy, violated=requests - on_time).total
             key = (value, b * 1000.0 / float(latency[b - 1]), b)
             if best is None or key[:2] > best[:2]:
