@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from rlsched.decision import Configuration
 from rlsched.errors import ConfigError
 from rlsched.goodput import GoodputTerms
@@ -44,6 +46,11 @@ class Backend(Protocol):
 
     def observe(self) -> dict[str, dict[str, float]]:
         """Per tenant, the measurements a policy may see (see ``NodeSimulator.observation``)."""
+        ...
+
+    def arrival_times_s(self) -> dict[str, np.ndarray] | None:
+        """Per inference tenant, the arrival times of the last interval, node seconds (a
+        request log); None where the node keeps none (then only the rates are measured)."""
         ...
 
     def memory_gib(self, tenant: str, batch: int) -> float:
@@ -124,6 +131,9 @@ class SimBackend:
 
     def observe(self) -> dict[str, dict[str, float]]:
         return self.simulator.observation()
+
+    def arrival_times_s(self) -> dict[str, np.ndarray] | None:
+        return self.simulator.last_arrivals_s
 
     @property
     def totals(self) -> GoodputTerms:

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from rlsched.node.mig_parted_backend import MigPartedBackend
 from rlsched.node.mps import ClientTarget, MpsManager, TenantClient, client_targets
 from rlsched.node.nvml_backend import NvmlMigBackend, RetryPolicy
@@ -180,6 +182,10 @@ class NvmlNodeBackend:
             raise ApplyError(failure, ops)
         measured = self._measure()
         return self._result(configuration, measured, reconfiguration_s)
+
+    def arrival_times_s(self) -> dict[str, np.ndarray] | None:
+        """None: the telemetry sources measure rates, not a request log."""
+        return None
 
     def observe(self) -> dict[str, dict[str, float]]:
         keys = ("arrival_rate_rps", "arrival_rate_ewma_rps", "queue_length", "p99_over_slo", "slo_attainment", "utilization", "accuracy")

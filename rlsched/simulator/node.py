@@ -241,6 +241,9 @@ class NodeSimulator:
         self._next_drift_s = {t.name: t.drift_window_s for t in self.scenario.tenants if isinstance(t, ContinualLearningJob)}
         self._rate_ewma = {t.name: t.arrivals.mean_rate_rps() for t in self.scenario.inference_tenants()}
         self._last: dict[str, TenantStepStats] = {}
+        #: per inference tenant, the arrival times of the last interval, seconds (what a
+        #: request log of the node would show; shadows of the node replay them)
+        self.last_arrivals_s: dict[str, np.ndarray] = {}
         self._last_units_gain: dict[str, float] = {}
         self._tenant_terms = {t.name: GoodputTerms() for t in self.scenario.tenants}
         self._work_done = {t.name: 0.0 for t in self.scenario.tenants}
@@ -720,6 +723,7 @@ class NodeSimulator:
                 server.out[q.O_DROPPED] += server.in_system()
                 server.state[q.S_WAITING] = server.state[q.S_FLIGHT_N] = 0
                 server.state[q.S_SERVER_FREE_S] = t0
+        self.last_arrivals_s[t.name] = arrivals
         if slot is None:
             mean_s, sigma, batch = _NO_SERVICE_MEAN, _NO_SERVICE_SIGMA, 1
         else:

@@ -163,6 +163,72 @@ class RateSeriesArrivals(ArrivalProcess):
         return float(np.sum(rates * np.diff(breaks)) / (t_end_s - t_start_s))
 
 
+class ObservedArrivals(ArrivalProcess):
+    """The arrivals a node observed, recorded one decision interval at a time as they come:
+    the load a shadow of the node replays (a policy's what-if of another decision rule on
+    the traffic it has seen, never on traffic to come).
+
+    An interval recorded with its arrival times (a request log) replays exactly those; one
+    recorded with only its measured rate replays Poisson arrivals at that rate.
+
+    :param interval_s: the decision interval, seconds (interval k is [k dt, (k + 1) dt))
+    :param prior_rate_rps: the rate of an interval not recorded yet, and the mean before the
+        first record (the load the node was planned for), requests/s
+    """
+
+    def __init__(self, interval_s: float, prior_rate_rps: float) -> None:
+        if interval_s <= 0 or prior_rate_rps < 0:
+            raise ValueError(f"interval_s must be > 0 and prior_rate_rps >= 0 (got {interval_s}, {prior_rate_rps})")
+        self.interval_s = float(interval_s)
+        self.prior_rate_rps = float(prior_rate_rps)
+        self.rates_rps: list[float] = []
+        self._times_s: dict[int, np.ndarray] = {}  # interval -> its arrival times, until replayed
+
+    def record(self, rate_rps: float, times_s: np.ndarray | None = None) -> None:
+        """Append the next interval: its measured arrival rate, requests/s, and, where the
+        node logs them, its arrival times in node seconds (kept until replayed once)."""
+        if not rate_rps >= 0.0:  # also rejects NaN
+            raise ValueError(f"a measured arrival rate must be >= 0 (got {rate_rps})")
+        if times_s is not None:
+            self._times_s[len(self.rates_rps)] = np.asarray(times_s, dtype=float)
+        self.rates_rps.append(float(rate_rps))
+
+    def __deepcopy__(self, memo: dict) -> ObservedArrivals:
+        # One record read by every shadow: a simulator's "own copy" (see NodeSimulator) must
+        # see what is recorded after it was built. Sampling keeps no state of its own.
+        return self
+
+    def _rate(self, k: int) -> float:
+        return self.rates_rps[k] if 0 <= k < len(self.rates_rps) else self.prior_rate_rps
+
+    def _bounds(self, t_start_s: float, t_end_s: float) -> tuple[int, int]:
+        first = math.floor(t_start_s / self.interval_s + 1e-9)
+        return first, max(first + 1, math.ceil(t_end_s / self.interval_s - 1e-9))
+
+    def sample(self, t_start_s: float, t_end_s: float, rng: np.random.Generator) -> np.ndarray:
+        first, last = self._bounds(t_start_s, t_end_s)
+        if last == first + 1 and first in self._times_s:
+            times = self._times_s[first]
+            return times[(times >= t_start_s) & (times < t_end_s)]
+        breaks = np.array([t_start_s, *(k * self.interval_s for k in range(first + 1, last)), t_end_s])
+        return piecewise_poisson(breaks, np.array([self._rate(k) for k in range(first, last)]), rng)
+
+    def forget(self, before_interval: int) -> None:
+        """Drop the arrival times of intervals before ``before_interval`` (every reader has replayed them)."""
+        for k in [k for k in self._times_s if k < before_interval]:
+            del self._times_s[k]
+
+    def mean_rate_rps(self) -> float:
+        return float(np.mean(self.rates_rps)) if self.rates_rps else self.prior_rate_rps
+
+    def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
+        if t_end_s <= t_start_s:
+            return 0.0
+        first, last = self._bounds(t_start_s, t_end_s)
+        total = sum(self._rate(k) * (min(t_end_s, (k + 1) * self.interval_s) - max(t_start_s, k * self.interval_s)) for k in range(first, last))
+        return total / (t_end_s - t_start_s)
+
+
 def diurnal_arrivals(mean_rate_rps: float, amplitude: float, period_s: float = 86400.0, phase_s: float = 0.0, resolution_s: float = 60.0) -> RateSeriesArrivals:
     """Poisson arrivals whose rate follows ``mean * (1 + amplitude * sin(2 pi (t - phase) / period))``.
 

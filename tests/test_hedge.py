@@ -1,0 +1,105 @@
+"""``migrator-hedge``: shadows of the node replay the observed arrivals, and the node follows the leader."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlsched.agents.baselines import apply
+from rlsched.agents.baselines.hedge import MIN_EVIDENCE_INTERVALS, MigratorHedge
+from rlsched.agents.baselines.hindsight import FixedConfiguration, layout_candidates
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.workloads.arrivals import ObservedArrivals
+
+TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
+
+
+def test_observed_arrivals_replay_the_logged_times_and_else_poisson_at_the_measured_rate():
+    arrivals = ObservedArrivals(10.0, prior_rate_rps=50.0)
+    logged = np.array([10.5, 12.0, 19.9])
+    arrivals.record(100.0)  # interval 0: a rate only
+    arrivals.record(0.3, logged)  # interval 1: the request log
+    rng = np.random.default_rng(0)
+    state = copy.deepcopy(rng.bit_generator.state)
+    assert np.array_equal(arrivals.sample(10.0, 20.0, rng), logged)
+    assert rng.bit_generator.state == state  # a replay draws nothing
+    counts = [len(arrivals.sample(0.0, 10.0, rng)) for _ in range(200)]
+    assert abs(np.mean(counts) - 1000.0) < 3 * math.sqrt(1000.0 / 200)  # Poisson, mean rate x 10 s
+    later = [len(arrivals.sample(20.0, 30.0, rng)) for _ in range(200)]
+    assert abs(np.mean(later) - 500.0) < 3 * math.sqrt(500.0 / 200)  # not recorded yet: the prior rate
+    assert arrivals.window_rate_rps(0.0, 20.0) == pytest.approx(50.15)
+    assert arrivals.mean_rate_rps() == pytest.approx(50.15)
+    assert copy.deepcopy(arrivals) is arrivals  # every shadow's simulator reads the one record
+    arrivals.forget(2)
+    assert not np.array_equal(arrivals.sample(10.0, 20.0, rng), logged)  # now Poisson at 0.3 req/s
+
+
+@pytest.mark.parametrize("rate", [-1.0, math.nan])
+def test_observed_arrivals_reject_a_bad_rate(rate):
+    with pytest.raises(ValueError, match="arrival rate"):
+        ObservedArrivals(10.0, 1.0).record(rate)
+
+
+def test_a_shadow_of_the_running_configuration_earns_what_the_node_earned():
+    """The shadow replays the node's own arrivals: under the node's configuration and seed it
+    reproduces the node's episode exactly, so its score measures a what-if, not a forecast."""
+    env = GpuShareEnv(TINY)
+    observation, _ = env.reset(seed=3)
+    hedge = MigratorHedge()
+    hedge.reset(env)
+    fixed = next(s for s in hedge.shadows if isinstance(s.policy, FixedConfiguration))
+    for s in hedge.shadows:  # replay the node's backend stream
+        s.observation, _ = s.env.reset(seed=0, options={"configuration": env.current, "backend_seed": env.backend_seed})
+        s.policy.reset(s.env)
+    truncated = False
+    while not truncated:
+        hedge.act(observation, env)
+        observation, _, _, truncated, _ = apply(env, fixed.policy.configuration)
+    hedge.act(observation, env)  # replays the last interval
+    assert fixed.env.objective == pytest.approx(env.objective, rel=1e-12)
+
+
+def _history(shadow, rewards):
+    shadow.rewards.clear()
+    shadow.rewards.extend(rewards)
+
+
+def test_the_node_follows_a_challenger_only_on_a_large_clear_advantage():
+    env = GpuShareEnv(TINY)
+    observation, _ = env.reset(seed=0)
+    hedge = MigratorHedge(memory_intervals=1e9, switch_margin_intervals=2.0, switch_z=2.0)  # no fading: plain sums
+    hedge.reset(env)
+    assert len(hedge.shadows) == 1 + len(layout_candidates(env))
+    planner, challenger = hedge.shadows[0], hedge.shadows[-1]
+    for s in hedge.shadows:
+        _history(s, [0.0] * MIN_EVIDENCE_INTERVALS)
+    _history(planner, [100.0] * MIN_EVIDENCE_INTERVALS)
+    _history(challenger, [115.0] * MIN_EVIDENCE_INTERVALS)  # ahead by 1.8 intervals' reward: within the margin
+    hedge._follow_leader()
+    assert hedge.leader == 0
+    _history(challenger, [400.0, -100.0] * (MIN_EVIDENCE_INTERVALS // 2))  # far ahead on average, but not clearly
+    hedge._follow_leader()
+    assert hedge.leader == 0
+    _history(challenger, [130.0] * (MIN_EVIDENCE_INTERVALS - 1))  # clearly ahead, on too little evidence
+    _history(planner, [100.0] * (MIN_EVIDENCE_INTERVALS - 1))
+    hedge._follow_leader()
+    assert hedge.leader == 0
+    _history(challenger, [130.0] * MIN_EVIDENCE_INTERVALS)
+    _history(planner, [100.0] * MIN_EVIDENCE_INTERVALS)
+    hedge._follow_leader()
+    assert hedge.leader == len(hedge.shadows) - 1 and hedge.report["leader_changes"] == 1
+    observation, *_ = apply(env, hedge.act(observation, env))
+    assert env.current == challenger.policy.configuration
+
+
+def test_bad_parameters_are_rejected():
+    with pytest.raises(ValueError, match="memory_intervals"):
+        MigratorHedge(memory_intervals=0.0)
+    with pytest.raises(ValueError, match="switch_margin_intervals"):
+        MigratorHedge(switch_margin_intervals=-1.0)
+    with pytest.raises(ValueError, match="switch_z"):
+        MigratorHedge(switch_z=-1.0)
