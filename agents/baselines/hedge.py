@@ -92,7 +92,8 @@ class MigratorHedge(Policy):
 
     :param memory_intervals: intervals over which a shadow's rewards fade by 1/e
     :param switch_margin_intervals: how many of the leader's mean interval rewards a
-        challenger must beat it by to take the node
+        challenger must beat it by to take the node (and never less than the mean cost of
+        the switches measured on this node so far)
     :param switch_z: how many standard errors above zero a challenger's mean advantage per
         interval must be
     :param min_evidence_intervals: measured intervals before the first switch
