@@ -25,7 +25,7 @@ import numpy as np
 from rlsched.node.mig_parted_backend import MigPartedBackend
 from rlsched.node.mps import ClientTarget, MpsManager, TenantClient, client_targets
 from rlsched.node.nvml_backend import NvmlMigBackend, RetryPolicy
-from rlsched.node.sources import InstanceTelemetry, NvmlTelemetry, PrometheusSource, SourceError
+from rlsched.node.sources import InstanceTelemetry, NvmlTelemetry, PrometheusSource, RequestLog, SourceError
 from rlsched.decision import Configuration, SharingMode
 from rlsched.envs.backends import SimBackend, TenantMemory
 from rlsched.errors import RlschedError
@@ -102,6 +102,8 @@ class NvmlNodeBackend:
     :param sleep: waits, seconds (the fake's ``sleep`` keeps tests instant)
     :param clock: monotonic clock, seconds (the fake's ``clock`` in tests)
     :param telemetry: read NVML memory/GPM per instance every interval
+    :param request_log: the frontend's request log (None: none; policies then see rates only)
+    :param wall_clock: wall-clock time, seconds since the epoch (the request log's time base)
     """
 
     #: A real node runs on: no episode end (see :class:`rlsched.envs.backends.Backend`).
@@ -124,6 +126,8 @@ class NvmlNodeBackend:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         telemetry: bool = True,
+        request_log: RequestLog | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.scenario = scenario
         self.perf_model = perf_model
@@ -146,6 +150,9 @@ class NvmlNodeBackend:
         self._time_s = 0.0
         self._mig_parted_applied: tuple | None = None
         self._applied: Configuration | None = None  # the configuration the MPS clients run
+        self.request_log = request_log
+        self.wall_clock = wall_clock
+        self._arrival_times: dict[str, np.ndarray] = {}
 
     def close(self) -> None:
         """Shut NVML down (the backend is unusable afterwards)."""
@@ -158,6 +165,12 @@ class NvmlNodeBackend:
         self._tenant_totals = {t.name: {"completed": 0.0, "dropped": 0.0, "on_time": 0.0} for t in self.scenario.inference_tenants()}
         self._time_s = 0.0
         self._measured = {}
+        self._arrival_times = {}
+        if self.request_log is not None:
+            try:
+                self.request_log.read()  # what was logged before is not this run's
+            except SourceError as exc:
+                LOG.warning("request log unreadable at reset: %s", exc)
         if self.source is not None:
             try:
                 self.source.measure()  # the counters' baseline
@@ -171,7 +184,7 @@ class NvmlNodeBackend:
     def step(self, configuration: Configuration) -> StepResult:
         """Apply, wait out the interval, measure. Raises :class:`ApplyError` (after the interval,
         so that a failing GPU is retried once per interval, not in a busy loop)."""
-        started = self.clock()
+        started, wall_started = self.clock(), self.wall_clock()
         reconfiguration_s, ops, failure = self._apply(configuration)
         self.last_gi_operations = ops
         self.gi_operations += ops
@@ -181,11 +194,27 @@ class NvmlNodeBackend:
         if failure is not None:
             raise ApplyError(failure, ops)
         measured = self._measure()
+        self._read_request_log(wall_started, self.wall_clock())
         return self._result(configuration, measured, reconfiguration_s)
 
     def arrival_times_s(self) -> dict[str, np.ndarray] | None:
-        """None: the telemetry sources measure rates, not a request log."""
-        return None
+        """The last interval's arrivals from the request log, in node seconds (None without one)."""
+        return self._arrival_times if self.request_log is not None else None
+
+    def _read_request_log(self, wall_start_s: float, wall_end_s: float) -> None:
+        """The logged arrivals of the interval just run, mapped onto its node time
+        [t0, t0 + interval): the wall interval (which applying a change may have stretched)
+        is scaled to the decision interval, and a line logged late lands at its start."""
+        if self.request_log is None:
+            return
+        try:
+            logged = self.request_log.read()
+        except SourceError as exc:
+            LOG.warning("%s", exc)
+            logged = {}
+        t0, span_s = self._time_s, max(wall_end_s - wall_start_s, 1e-9)
+        self._arrival_times = {name: np.clip(t0 + (times - wall_start_s) * self.interval_s / span_s, t0, np.nextafter(t0 + self.interval_s, t0))
+                               for name, times in logged.items()}
 
     def observe(self) -> dict[str, dict[str, float]]:
         keys = ("arrival_rate_rps", "arrival_rate_ewma_rps", "queue_length", "p99_over_slo", "slo_attainment", "utilization", "accuracy")

@@ -43,7 +43,9 @@ class DaemonConfig:
     :param seed: seed of the simulator's episodes
     :param observation_tolerance: how far (in normalized units) a feature may leave [0, 1]
         before the policy is distrusted
-    :param observations: ``{source: none|prometheus, endpoints: [...], timeout_s}``
+    :param observations: ``{source: none|prometheus, endpoints: [...], timeout_s, request_log}``
+        (``request_log``: the file the serving frontend appends ``TENANT,UNIX_SECONDS`` to,
+        one line per request; policies that replay the node's traffic read it)
     :param clients: tenant -> ``{argv: [...], env: {...}, restart_s}`` (MPS clients; nvml only)
     :param mig_parted: ``{config_path, node}`` for the mig-parted backend
     :param gpu_types: catalog GPU type per device (None: the scenario's GPU for each)
@@ -113,6 +115,9 @@ def validated(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(src, "log_level", config.log_level, "allowed: debug, info, warning")
     if not isinstance(config.observations, dict) or config.observations.get("source", "none") not in OBSERVATION_SOURCES:
         raise ConfigError(src, "observations.source", config.observations, f"allowed: {', '.join(OBSERVATION_SOURCES)}")
+    log = config.observations.get("request_log")
+    if log is not None and (not isinstance(log, str) or not log):
+        raise ConfigError(src, "observations.request_log", log, "expected the path of the frontend's request log")
     if not isinstance(config.clients, dict):
         raise ConfigError(src, "clients", config.clients, "expected a mapping tenant -> {argv, env, restart_s}")
     if config.backend == "mig-parted" and not config.mig_parted.get("config_path"):

@@ -97,6 +97,10 @@ class Daemon:
 
             endpoints = endpoints_from_config(config.observations.get("endpoints"), config.source)
             options["source"] = PrometheusSource(self.scenario, endpoints, float(config.observations.get("timeout_s", 2.0)), clock=options.get("clock", time.monotonic))
+        if "request_log" not in options and config.observations.get("request_log"):
+            from rlsched.node.sources import RequestLog
+
+            options["request_log"] = RequestLog(config.observations["request_log"], self.scenario)
         if config.clients and "clients" not in options:
             from rlsched.node.mps import TenantClient
 

@@ -8,7 +8,8 @@ server (Triton's metric names: ``nv_inference_request_success``, ``..._failure``
 per decision interval; rates come from counter deltas. :class:`PrometheusSource` turns them
 into the same per-tenant measurements the simulator reports
 (``NodeSimulator.observation``), so the environment's observation encoder and the policies
-cannot tell the difference. :class:`NvmlTelemetry` reads per-instance memory and, where the
+cannot tell the difference. :class:`RequestLog` reads the arrival times the serving frontend
+logs, for policies that replay the node's traffic. :class:`NvmlTelemetry` reads per-instance memory and, where the
 GPU supports GPM, graphics-engine activity; it never changes anything.
 """
 
@@ -21,14 +22,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.simulator.node import RATE_EWMA_WEIGHT
 from rlsched.workloads.scenario import Scenario
-from rlsched.workloads.tenants import InferenceTenant
 
 LOG = logging.getLogger("rlsched.daemon")
 
@@ -313,3 +316,51 @@ class NvmlTelemetry:
         except (nvml.NVMLError, AttributeError):
             self._gpm_ok[g] = False
             return None
+
+
+class RequestLog:
+    """Arrival times of requests, as the serving frontend logs them: the request log that
+    lets policies replay the node's own traffic (``migrator-hedge``'s shadows), where the
+    Prometheus counters give only a rate per interval.
+
+    The file is appended to by the frontend, one request per line: ``TENANT,UNIX_SECONDS``
+    (the tenant's name in the scenario, the arrival's wall-clock time). Each :meth:`read`
+    returns the lines added since the last one; a file that shrank (rotated) is read again
+    from its start. Lines that do not parse, or name no inference tenant of the scenario,
+    are skipped and counted (a telemetry glitch must not stop the daemon).
+
+    :param path: the log file
+    :param scenario: the node's tenants
+    """
+
+    def __init__(self, path: str | Path, scenario: Scenario) -> None:
+        self.path = Path(path)
+        self.tenants = frozenset(t.name for t in scenario.inference_tenants())
+        self.offset = 0
+        self.skipped_lines = 0
+
+    def read(self) -> dict[str, np.ndarray]:
+        """Per inference tenant, the sorted wall-clock arrival times logged since the last read, seconds."""
+        try:
+            size = self.path.stat().st_size
+            if size < self.offset:  # rotated or truncated
+                self.offset = 0
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read(size - self.offset)
+        except OSError as exc:
+            raise SourceError(f"request log {self.path}: cannot be read: {exc.strerror}") from None
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next read
+        self.offset += len(complete)
+        times: dict[str, list[float]] = {name: [] for name in self.tenants}
+        for raw in complete.splitlines():
+            name, _, stamp = raw.decode("utf-8", "replace").strip().partition(",")
+            try:
+                value = float(stamp)
+            except ValueError:
+                value = math.nan
+            if name not in times or not math.isfinite(value):
+                self.skipped_lines += bool(raw.strip())
+                continue
+            times[name].append(value)
+        return {name: np.sort(np.asarray(v, dtype=float)) for name, v in times.items()}
