@@ -30,7 +30,9 @@ def test_observed_arrivals_replay_the_logged_times_and_else_poisson_at_the_measu
     counts = [len(arrivals.sample(0.0, 10.0, rng)) for _ in range(200)]
     assert abs(np.mean(counts) - 1000.0) < 3 * math.sqrt(1000.0 / 200)  # Poisson, mean rate x 10 s
     later = [len(arrivals.sample(20.0, 30.0, rng)) for _ in range(200)]
-    assert abs(np.mean(later) - 500.0) < 3 * math.sqrt(500.0 / 200)  # not recorded yet: the prior rate
+    assert abs(np.mean(later) - 3.0) < 3 * math.sqrt(3.0 / 200)  # not recorded yet: the last measured rate
+    fresh = [len(ObservedArrivals(10.0, prior_rate_rps=50.0).sample(0.0, 10.0, rng)) for _ in range(200)]
+    assert abs(np.mean(fresh) - 500.0) < 3 * math.sqrt(500.0 / 200)  # nothing recorded: the prior rate
     assert arrivals.window_rate_rps(0.0, 20.0) == pytest.approx(50.15)
     assert arrivals.mean_rate_rps() == pytest.approx(50.15)
     assert copy.deepcopy(arrivals) is arrivals  # every shadow's simulator reads the one record

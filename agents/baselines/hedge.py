@@ -26,6 +26,7 @@ traces that were held out.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections import deque
@@ -45,9 +46,9 @@ from rlsched.workloads.tenants import InferenceTenant
 #: that a day/night swing hands the node back to the planner within its phase.
 MEMORY_INTERVALS = 120.0
 #: A challenger takes the node from the leader only if its advantage, summed with the
-#: memory's weights, beats the leader's mean reward over this many intervals, and the mean
-#: cost of the switches measured so far (a restart and the backlog it leaves cost 2-8
-#: intervals' worth) ...
+#: memory's weights, beats the leader's mean reward over this many intervals, the mean cost
+#: of the switches measured so far and this switch's simulated cost (a restart and the
+#: backlog it leaves cost 2-10 intervals' worth) ...
 SWITCH_MARGIN_INTERVALS = 3.0
 #: ... and its mean advantage per interval is this many standard errors above zero (the
 #: shadows share one arrival stream, so the per-interval differences are the decisions'
@@ -86,6 +87,26 @@ class Shadow:
         self.observation, reward, _, _, _ = apply(self.env, self.policy.act(self.observation, self.env))
         self.rewards.append(reward)
 
+    def what_if(self, policy: Policy, intervals: int) -> list[float]:
+        """The rewards of ``intervals`` coming intervals from this shadow's state under
+        ``policy`` (a fresh rule; arrivals not logged yet come at the last measured rates);
+        the shadow is left as it was."""
+        env = self.env
+        saved = (env.backend.simulator.snapshot(), env.current, env.last_step, env._gpu_reconfiguration_s, copy.copy(env._measured))
+        try:
+            observation = self.observation
+            policy.reset(env)
+            rewards = []
+            for _ in range(intervals):
+                observation, reward, _, truncated, _ = apply(env, policy.act(observation, env))
+                rewards.append(reward)
+                if truncated:
+                    break
+            return rewards
+        finally:
+            env.backend.simulator.restore(saved[0])
+            env.current, env.last_step, env._gpu_reconfiguration_s, env._measured = saved[1:]
+
 
 class MigratorHedge(Policy):
     """Follow the leader between the planner and the fixed layouts, on shadows of the node.
@@ -99,6 +120,8 @@ class MigratorHedge(Policy):
     :param min_evidence_intervals: measured intervals before the first switch
     :param profile_intervals: intervals of the traffic before the episode that every shadow
         is run on at reset, as its first evidence (0: none)
+    :param simulate_switch_cost: before a switch, also simulate what it would cost from the
+        leader's shadow (:meth:`_simulated_switch_cost`), and require the advantage to cover it
 
     Departs from MIGRator (whose planner it wraps), which has no fixed-layout experts: the
     fixed layouts are the priority-fill and MPS variants of each maximal layout, tenants
@@ -112,7 +135,7 @@ class MigratorHedge(Policy):
 
     def __init__(self, memory_intervals: float = MEMORY_INTERVALS, switch_margin_intervals: float = SWITCH_MARGIN_INTERVALS,
                  switch_z: float = SWITCH_Z, min_evidence_intervals: int = MIN_EVIDENCE_INTERVALS,
-                 profile_intervals: int = PROFILE_INTERVALS) -> None:
+                 profile_intervals: int = PROFILE_INTERVALS, simulate_switch_cost: bool = True) -> None:
         if memory_intervals <= 0 or switch_margin_intervals < 0 or switch_z < 0:
             raise ValueError(f"memory_intervals must be > 0, switch_margin_intervals and switch_z >= 0 "
                              f"(got {memory_intervals}, {switch_margin_intervals}, {switch_z})")
@@ -121,6 +144,7 @@ class MigratorHedge(Policy):
         self.switch_z = switch_z
         self.min_evidence_intervals = max(1, min_evidence_intervals)
         self.profile_intervals = max(0, profile_intervals)
+        self.simulate_switch_cost = simulate_switch_cost
         self.history = math.ceil(4.0 * memory_intervals)  # older rewards weigh below e^-4
 
     def reset(self, env: GpuShareEnv) -> None:
@@ -190,6 +214,19 @@ class MigratorHedge(Policy):
         assert isinstance(policy, FixedConfiguration)
         return policy.configuration
 
+    def _simulated_switch_cost(self, challenger: int) -> float:
+        """What switching to ``challenger`` would cost, simulated: the leader's shadow (the
+        node's state, as near as a shadow has it) switched to the challenger's rule, against
+        the challenger's own shadow, over :data:`TRANSITION_INTERVALS` intervals on the same
+        arrivals (the last measured rates; both shadows' streams are in the same state)."""
+        def rule(shadow: Shadow) -> Policy:
+            return MigratorIlp() if isinstance(shadow.policy, MigratorIlp) else shadow.policy
+
+        target = self.shadows[challenger]
+        switched = self.shadows[self.leader].what_if(rule(target), TRANSITION_INTERVALS)
+        staying = target.what_if(rule(target), len(switched))
+        return max(0.0, float(sum(staying) - sum(switched)))
+
     def _measure_switch_cost(self, node_reward: float) -> None:
         """Count the node's shortfall against its leader's shadow in the intervals after a
         switch: what the switch really cost (restarts, and the backlog they leave), which
@@ -221,6 +258,8 @@ class MigratorHedge(Policy):
         # A switch must pay for itself: at least the margin, and at least what switches
         # have cost on this node so far.
         margin = max(self.switch_margin_intervals * leader_mean, float(np.mean(self.switch_costs)) if self.switch_costs else 0.0)
+        if best != self.leader and lower[best] > 0.0 and mean[best] * faded.sum() > margin and self.simulate_switch_cost:
+            margin = max(margin, self._simulated_switch_cost(best))
         if best != self.leader and lower[best] > 0.0 and mean[best] * faded.sum() > margin:
             if self._transition:  # switched again before the last switch's cost was in: count what is
                 self.switch_costs.append(max(0.0, float(sum(self._transition))))

@@ -172,8 +172,9 @@ class ObservedArrivals(ArrivalProcess):
     recorded with only its measured rate replays Poisson arrivals at that rate.
 
     :param interval_s: the decision interval, seconds (interval k is [k dt, (k + 1) dt))
-    :param prior_rate_rps: the rate of an interval not recorded yet, and the mean before the
-        first record (the load the node was planned for), requests/s
+    :param prior_rate_rps: the rate before the first record, and the mean until then (the
+        load the node was planned for), requests/s; an interval after the last record comes
+        at the last measured rate
     """
 
     def __init__(self, interval_s: float, prior_rate_rps: float) -> None:
@@ -199,7 +200,9 @@ class ObservedArrivals(ArrivalProcess):
         return self
 
     def _rate(self, k: int) -> float:
-        return self.rates_rps[k] if 0 <= k < len(self.rates_rps) else self.prior_rate_rps
+        if 0 <= k < len(self.rates_rps):
+            return self.rates_rps[k]
+        return self.rates_rps[-1] if self.rates_rps and k >= 0 else self.prior_rate_rps  # persistence
 
     def _bounds(self, t_start_s: float, t_end_s: float) -> tuple[int, int]:
         first = math.floor(t_start_s / self.interval_s + 1e-9)
