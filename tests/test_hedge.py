@@ -135,6 +135,27 @@ def test_a_switch_costs_what_the_node_fell_short_of_its_new_leader_then_raises_t
     assert hedge.leader == 0
 
 
+def test_a_what_if_leaves_the_shadow_as_it_was_and_a_switch_is_priced_by_it():
+    env = GpuShareEnv(TINY)
+    observation, _ = env.reset(seed=0)
+    hedge = MigratorHedge(profile_intervals=0)
+    hedge.reset(env)
+    for _ in range(2):  # two observed intervals
+        observation, *_ = apply(env, hedge.act(observation, env))
+    hedge.act(observation, env)
+    planner, fixed = hedge.shadows[0], hedge.shadows[-1]
+    before = (planner.env.objective, planner.env.current, planner.env.backend.simulator.time_s)
+    rewards = planner.what_if(FixedConfiguration(fixed.policy.configuration), 3)
+    assert len(rewards) == 3
+    assert (planner.env.objective, planner.env.current, planner.env.backend.simulator.time_s) == before
+    assert planner.what_if(FixedConfiguration(fixed.policy.configuration), 3) == rewards  # the same state, the same draws
+    rule = FixedConfiguration(fixed.policy.configuration)
+    switched = planner.what_if(rule, TRANSITION_INTERVALS)  # cut at the episode's end
+    assert 0 < len(switched) < TRANSITION_INTERVALS
+    expected = max(0.0, sum(fixed.what_if(rule, len(switched))) - sum(switched))
+    assert hedge._simulated_switch_cost(len(hedge.shadows) - 1) == pytest.approx(expected, rel=1e-12, abs=1e-9)
+
+
 def test_bad_parameters_are_rejected():
     with pytest.raises(ValueError, match="memory_intervals"):
         MigratorHedge(memory_intervals=0.0)
