@@ -18,10 +18,10 @@ bursts its fluid forecast cannot see, the node holds the fixed layout that earns
 the traffic that comes: ``static-best``'s choice, made online from the past instead of in
 hindsight.
 
-The constants were chosen on the training suite's scenarios, ``default``, two tuning traces
-and the held-out suite's ``heldout-deploy`` (where following fixed leaders without the
-profile and the measured switch cost lost 38%): docs/planner-bursts.md, which also lists the
-traces that were held out.
+The constants were chosen on the training suite's scenarios, ``default``, two tuning traces,
+the held-out suite's ``heldout-deploy`` (where following fixed leaders without the profile
+and the measured switch cost lost 38%) and two day/night traces (which the simulated
+switch cost is for): docs/planner-bursts.md, which also lists the traces still held out.
 """
 
 from __future__ import annotations
