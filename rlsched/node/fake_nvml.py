@@ -461,13 +461,8 @@ class FakeNvml:
         self._call("nvmlDeviceGetGpuInstances")()
         gpu = self._device(device)
         profile = self._profile_by_id(gpu, profileId)
-        found = [gi for _, gi in sorted(gpu.gis.items()) if gi.profile.name == profile.name]
-        if len(gpuInstancesRef) < len(found):
-            raise _error(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
-        for i, gi in enumerate(found):
-            gpuInstancesRef[i] = ctypes.cast(ctypes.c_void_p(gi.token), pynvml.c_nvmlGpuInstance_t)
-        _deref(countRef).value = len(found)
-        return pynvml.NVML_SUCCESS
+        found = [gi.token for _, gi in sorted(gpu.gis.items()) if gi.profile.name == profile.name]
+        return _fill(gpuInstancesRef, countRef, found, pynvml.c_nvmlGpuInstance_t)
 
     def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
         self._call("nvmlGpuInstanceGetInfo")()
@@ -529,13 +524,8 @@ class FakeNvml:
         gi = self._gi(gpuInstance)
         if profileId not in self._ci_profiles(gi):
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        found = [ci for _, ci in sorted(gi.cis.items()) if ci.profile_id == profileId]
-        if len(computeInstancesRef) < len(found):
-            raise _error(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
-        for i, ci in enumerate(found):
-            computeInstancesRef[i] = ctypes.cast(ctypes.c_void_p(ci.token), pynvml.c_nvmlComputeInstance_t)
-        _deref(countRef).value = len(found)
-        return pynvml.NVML_SUCCESS
+        found = [ci.token for _, ci in sorted(gi.cis.items()) if ci.profile_id == profileId]
+        return _fill(computeInstancesRef, countRef, found, pynvml.c_nvmlComputeInstance_t)
 
     def nvmlComputeInstanceGetInfo(self, computeInstance: Any) -> Any:
         self._call("nvmlComputeInstanceGetInfo")()
@@ -628,6 +618,17 @@ _CI_PROFILE_INDEX = {
     7: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE,
     8: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE,
 }
+
+
+def _fill(handles_ref: Any, count_ref: Any, tokens: list[int], handle_type: Any) -> int:
+    """NVML's array-out contract: the caller's array gets one handle per token and the count
+    its length, or INSUFFICIENT_SIZE when the array is too short."""
+    if len(handles_ref) < len(tokens):
+        raise _error(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+    for i, token in enumerate(tokens):
+        handles_ref[i] = ctypes.cast(ctypes.c_void_p(token), handle_type)
+    _deref(count_ref).value = len(tokens)
+    return pynvml.NVML_SUCCESS
 
 
 def _deref(ref: Any) -> Any:
