@@ -300,6 +300,19 @@ class GpuShareEnv(gym.Env[np.ndarray, np.ndarray]):
             "configuration": config,
         }
 
+    def snapshot(self) -> tuple:
+        """The episode's whole state on the simulator backend, to :meth:`restore` later: a
+        what-if run from here leaves the episode as it was."""
+        simulator = getattr(self.backend, "simulator", None)
+        if simulator is None:
+            raise TypeError(f"backend {type(self.backend).__name__} has no simulator state to snapshot")
+        return (simulator.snapshot(), self.current, self.last_step, self._gpu_reconfiguration_s, dict(self._measured), self.raw_observation)
+
+    def restore(self, snapshot: tuple) -> None:
+        """Return to a state :meth:`snapshot` took."""
+        self.backend.simulator.restore(snapshot[0])
+        self.current, self.last_step, self._gpu_reconfiguration_s, self._measured, self.raw_observation = snapshot[1:]
+
     @property
     def objective(self) -> float:
         """The episode objective so far (Goodput terms summed since reset)."""

@@ -26,7 +26,6 @@ switch cost is for): docs/planner-bursts.md, which also lists the traces still h
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections import deque
@@ -91,21 +90,19 @@ class Shadow:
         """The rewards of ``intervals`` coming intervals from this shadow's state under
         ``policy`` (a fresh rule; arrivals not logged yet come at the last measured rates);
         the shadow is left as it was."""
-        env = self.env
-        saved = (env.backend.simulator.snapshot(), env.current, env.last_step, env._gpu_reconfiguration_s, copy.copy(env._measured))
+        saved = self.env.snapshot()
         try:
             observation = self.observation
-            policy.reset(env)
+            policy.reset(self.env)
             rewards = []
             for _ in range(intervals):
-                observation, reward, _, truncated, _ = apply(env, policy.act(observation, env))
+                observation, reward, _, truncated, _ = apply(self.env, policy.act(observation, self.env))
                 rewards.append(reward)
                 if truncated:
                     break
             return rewards
         finally:
-            env.backend.simulator.restore(saved[0])
-            env.current, env.last_step, env._gpu_reconfiguration_s, env._measured = saved[1:]
+            self.env.restore(saved)
 
 
 class MigratorHedge(Policy):
@@ -164,8 +161,8 @@ class MigratorHedge(Policy):
         self.leader = 0
         self.planner = MigratorIlp()
         self.planner.reset(env)
-        self.report = {"leader_changes": 0, "planner_led_steps": 0, "steps": 0, "switch_costs": []}
         self.switch_costs: list[float] = []  # measured on this node, request-equivalents
+        self.report = {"leader_changes": 0, "planner_led_steps": 0, "steps": 0, "switch_costs": self.switch_costs}
         self._transition: list[float] | None = None  # the shortfalls since the last switch
         if self.profile_intervals:
             self._profile(env)
@@ -184,8 +181,8 @@ class MigratorHedge(Policy):
         duration_s = min(latest.duration_s, self.profile_intervals * latest.decision_interval_s)
         profile = dataclasses.replace(latest, duration_s=duration_s)
         seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
+        private = GpuShareEnv(profile, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
         for s in self.shadows:
-            private = GpuShareEnv(profile, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
             policy = MigratorIlp() if isinstance(s.policy, MigratorIlp) else s.policy
             observation, _ = private.reset(seed=0, options={"configuration": env.current, "backend_seed": seed})
             policy.reset(private)
@@ -236,7 +233,6 @@ class MigratorHedge(Policy):
         self._transition.append(self.shadows[self.leader].rewards[-1] - node_reward)
         if len(self._transition) == TRANSITION_INTERVALS:
             self.switch_costs.append(max(0.0, float(sum(self._transition))))
-            self.report["switch_costs"].append(round(self.switch_costs[-1], 1))
             self._transition = None
 
     def _follow_leader(self) -> None:
@@ -255,14 +251,16 @@ class MigratorHedge(Policy):
         lower = mean - self.switch_z * spread
         best = int(np.argmax(lower))
         leader_mean = abs(float(rewards[self.leader] @ weights))
-        # A switch must pay for itself: at least the margin, and at least what switches
-        # have cost on this node so far.
+        # A switch must pay for itself: the margin, what switches have cost on this node so
+        # far, and what this one would cost as simulated.
         margin = max(self.switch_margin_intervals * leader_mean, float(np.mean(self.switch_costs)) if self.switch_costs else 0.0)
-        if best != self.leader and lower[best] > 0.0 and mean[best] * faded.sum() > margin and self.simulate_switch_cost:
-            margin = max(margin, self._simulated_switch_cost(best))
-        if best != self.leader and lower[best] > 0.0 and mean[best] * faded.sum() > margin:
-            if self._transition:  # switched again before the last switch's cost was in: count what is
-                self.switch_costs.append(max(0.0, float(sum(self._transition))))
-            self.leader = best
-            self.report["leader_changes"] += 1
-            self._transition = []
+        gain = mean[best] * faded.sum()
+        if best == self.leader or lower[best] <= 0.0 or gain <= margin:
+            return
+        if self.simulate_switch_cost and gain <= self._simulated_switch_cost(best):  # the costly check last
+            return
+        if self._transition:  # switched again before the last switch's cost was in: count what is
+            self.switch_costs.append(max(0.0, float(sum(self._transition))))
+        self.leader = best
+        self.report["leader_changes"] += 1
+        self._transition = []
