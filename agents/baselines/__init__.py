@@ -29,8 +29,12 @@ def make_policy(name: str) -> Policy:
         from rlsched.agents.onnx_policy import PpoPolicy  # onnxruntime only when asked for
 
         return PpoPolicy(name)
+    if name == "hedge-ppo" or name.startswith("hedge-ppo:"):
+        from rlsched.agents.expert_policy import HedgePpo
+
+        return HedgePpo(name)
     if name not in POLICIES:
-        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, or all)")
+        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, hedge-ppo, hedge-ppo:PATH, or all)")
     return POLICIES[name]()
 
 

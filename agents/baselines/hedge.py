@@ -193,14 +193,7 @@ class MigratorHedge(Policy):
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Decision:
         if env.last_step is not None:  # an interval has passed: replay it in every shadow
-            measured = env.backend.observe()
-            logged = env.backend.arrival_times_s()
-            for name, arrivals in self.measured.items():
-                arrivals.record(float(measured.get(name, {}).get("arrival_rate_rps", 0.0)), None if logged is None else logged.get(name))
-            for s in self.shadows:
-                s.step()
-            for arrivals in self.measured.values():
-                arrivals.forget(len(arrivals.rates_rps))
+            self.replay_last_interval(env)
             self._measure_switch_cost(env.last_step.reward)
             self._follow_leader()
         self.report["steps"] += 1
@@ -210,6 +203,18 @@ class MigratorHedge(Policy):
         policy = self.shadows[self.leader].policy
         assert isinstance(policy, FixedConfiguration)
         return policy.configuration
+
+    def replay_last_interval(self, env: GpuShareEnv) -> None:
+        """Run every shadow on the interval the node has just run (its logged arrivals, else
+        its measured rates)."""
+        measured = env.backend.observe()
+        logged = env.backend.arrival_times_s()
+        for name, arrivals in self.measured.items():
+            arrivals.record(float(measured.get(name, {}).get("arrival_rate_rps", 0.0)), None if logged is None else logged.get(name))
+        for s in self.shadows:
+            s.step()
+        for arrivals in self.measured.values():
+            arrivals.forget(len(arrivals.rates_rps))
 
     def _simulated_switch_cost(self, challenger: int) -> float:
         """What switching to ``challenger`` would cost, simulated: the leader's shadow (the
@@ -237,30 +242,73 @@ class MigratorHedge(Policy):
 
     def _follow_leader(self) -> None:
         """Hand the node to the shadow whose advantage over the leader is largest, if it is
-        large (the margin) and clear (the z-test) on enough evidence."""
-        leader = self.shadows[self.leader]
-        n = len(leader.rewards)
-        if n < self.min_evidence_intervals:
+        large (the margin) and clear (the z-test) on enough evidence, and covers what the
+        switch would cost as simulated."""
+        if len(self.shadows[self.leader].rewards) < self.min_evidence_intervals:
             return
-        rewards = np.array([s.rewards for s in self.shadows])  # shadows x intervals, oldest first
-        faded = self.decay ** np.arange(n - 1, -1, -1)  # the memory's weight of each interval
-        weights = faded / faded.sum()
-        advantage = rewards - rewards[self.leader]
-        mean = advantage @ weights  # per interval
-        spread = np.sqrt(((advantage - mean[:, None]) ** 2) @ weights**2)  # its standard error
-        lower = mean - self.switch_z * spread
+        evidence = leader_evidence(np.array([s.rewards for s in self.shadows]), self.leader, self.decay)
+        best = self.challenger(evidence)
+        if best is None:
+            return
+        if self.simulate_switch_cost and evidence.gain(best) <= self._simulated_switch_cost(best):  # the costly check last
+            return
+        self.switch_to(best)
+
+    def challenger(self, evidence: LeaderEvidence) -> int | None:
+        """The shadow the rule would hand the node to before the simulated cost (None: keep)."""
+        if evidence.intervals < self.min_evidence_intervals:
+            return None
+        lower = evidence.mean - self.switch_z * evidence.spread
         best = int(np.argmax(lower))
-        leader_mean = abs(float(rewards[self.leader] @ weights))
-        # A switch must pay for itself: the margin, what switches have cost on this node so
-        # far, and what this one would cost as simulated.
-        margin = max(self.switch_margin_intervals * leader_mean, float(np.mean(self.switch_costs)) if self.switch_costs else 0.0)
-        gain = mean[best] * faded.sum()
-        if best == self.leader or lower[best] <= 0.0 or gain <= margin:
-            return
-        if self.simulate_switch_cost and gain <= self._simulated_switch_cost(best):  # the costly check last
-            return
+        # A switch must pay for itself: the margin, and what switches have cost on this node so far.
+        margin = max(self.switch_margin_intervals * evidence.leader_mean, float(np.mean(self.switch_costs)) if self.switch_costs else 0.0)
+        if best == evidence.leader or lower[best] <= 0.0 or evidence.gain(best) <= margin:
+            return None
+        return best
+
+    def switch_to(self, expert: int) -> None:
+        """Hand the node to shadow ``expert`` and start measuring what the switch costs."""
         if self._transition:  # switched again before the last switch's cost was in: count what is
             self.switch_costs.append(max(0.0, float(sum(self._transition))))
-        self.leader = best
+        self.leader = expert
         self.report["leader_changes"] += 1
         self._transition = []
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderEvidence:
+    """What the shadows' recent rewards say about every expert against the leader.
+
+    :param leader: index of the leader
+    :param mean: per expert, its mean advantage per interval over the leader, weighted by the memory
+    :param spread: the standard error of ``mean``
+    :param recent: per expert, its mean advantage over the last :data:`TRANSITION_INTERVALS` intervals
+    :param weight_sum: the memory's weights summed (how many intervals the evidence is worth)
+    :param leader_mean: the leader's weighted mean reward per interval, absolute
+    :param intervals: intervals of evidence
+    """
+
+    leader: int
+    mean: np.ndarray
+    spread: np.ndarray
+    recent: np.ndarray
+    weight_sum: float
+    leader_mean: float
+    intervals: int
+
+    def gain(self, expert: int) -> float:
+        """The expert's advantage over the leader summed with the memory's weights."""
+        return float(self.mean[expert]) * self.weight_sum
+
+
+def leader_evidence(rewards: np.ndarray, leader: int, decay: float) -> LeaderEvidence:
+    """:class:`LeaderEvidence` from ``rewards`` (experts x intervals, oldest first), the
+    memory fading each older interval by ``decay``."""
+    n = rewards.shape[1]
+    faded = decay ** np.arange(n - 1, -1, -1)  # the memory's weight of each interval
+    weights = faded / faded.sum() if n else faded
+    advantage = rewards - rewards[leader]
+    mean = advantage @ weights
+    spread = np.sqrt(((advantage - mean[:, None]) ** 2) @ weights**2)
+    recent = advantage[:, -TRANSITION_INTERVALS:].mean(axis=1) if n else np.zeros(len(rewards))
+    return LeaderEvidence(leader, mean, spread, recent, float(faded.sum()), abs(float(rewards[leader] @ weights)) if n else 0.0, n)

@@ -1,6 +1,8 @@
 """The candidate scorer: one network for any node, scoring each candidate with shared weights.
 
-For MaskablePPO on :class:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv`. Each
+For MaskablePPO on :class:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv` (whole
+configurations) and :class:`~rlsched.agents.ppo.expert_env.ExpertChoiceEnv` (whom the hedge
+follows), each described by a :class:`ScorerLayout`. Each
 candidate's features, with the observation's global features appended, go through the same
 MLP to one score; the scores are the logits of the masked categorical over candidates. A
 learnable multiple of the candidate's predicted gain at the EWMA forecast is added to its
@@ -11,6 +13,7 @@ score, so before any update the policy already prefers what the library planner 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,29 +29,46 @@ from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLO
 PLANNER_GAIN_WEIGHT = 20.0
 
 
-class CandidateScorer(nn.Module):
-    """Scores (actor latent: one logit per candidate) and a critic latent from the observation.
+@dataclass(frozen=True)
+class ScorerLayout:
+    """How an observation is laid out: ``slots`` rows of ``features``, then ``globals``;
+    ``prior`` names the feature whose multiple is added to each slot's score."""
 
-    :param hidden: width of the shared per-candidate MLP and of the critic's
-    :param planner_gain_weight: initial weight of the planner's predicted gain in each score
+    slots: int
+    features: tuple[str, ...]
+    globals: tuple[str, ...]
+    prior: str
+
+
+#: The candidate-choice environment's layout (the planner's predicted gain as the prior).
+CANDIDATE_LAYOUT = ScorerLayout(CANDIDATES, CANDIDATE_FEATURES, GLOBAL_FEATURES, "gain_ewma")
+
+
+class CandidateScorer(nn.Module):
+    """Scores (actor latent: one logit per slot) and a critic latent from the observation.
+
+    :param hidden: width of the shared per-slot MLP and of the critic's
+    :param prior_weight: initial weight of the layout's prior feature in each score
+    :param layout: the observation's layout
     """
 
-    def __init__(self, hidden: int = 64, planner_gain_weight: float = PLANNER_GAIN_WEIGHT) -> None:
+    def __init__(self, hidden: int = 64, prior_weight: float = PLANNER_GAIN_WEIGHT, layout: ScorerLayout = CANDIDATE_LAYOUT) -> None:
         super().__init__()
-        self.features = len(CANDIDATE_FEATURES)
-        self.globals = len(GLOBAL_FEATURES)
+        self.slots = layout.slots
+        self.features = len(layout.features)
+        self.globals = len(layout.globals)
         self.embed = nn.Sequential(nn.Linear(self.features + self.globals, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
         self.score = nn.Linear(hidden, 1)
-        self.planner_weight = nn.Parameter(torch.tensor(float(planner_gain_weight)))
+        self.prior_weight = nn.Parameter(torch.tensor(float(prior_weight)))
         self.critic = nn.Sequential(nn.Linear(hidden + self.globals, hidden), nn.Tanh())
-        self.latent_dim_pi = CANDIDATES
+        self.latent_dim_pi = layout.slots
         self.latent_dim_vf = hidden
-        self._gain = CANDIDATE_FEATURES.index("gain_ewma")
+        self._prior = layout.features.index(layout.prior)
 
     def _embed(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        rows = observation[:, : CANDIDATES * self.features].reshape(-1, CANDIDATES, self.features)
-        glob = observation[:, CANDIDATES * self.features:]
-        joined = torch.cat([rows, glob.unsqueeze(1).expand(-1, CANDIDATES, -1)], dim=-1)
+        rows = observation[:, : self.slots * self.features].reshape(-1, self.slots, self.features)
+        glob = observation[:, self.slots * self.features:]
+        joined = torch.cat([rows, glob.unsqueeze(1).expand(-1, self.slots, -1)], dim=-1)
         return rows, glob, self.embed(joined)
 
     def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,7 +76,7 @@ class CandidateScorer(nn.Module):
 
     def forward_actor(self, observation: torch.Tensor) -> torch.Tensor:
         rows, _, embedded = self._embed(observation)
-        return self.score(embedded).squeeze(-1) + self.planner_weight * rows[..., self._gain]
+        return self.score(embedded).squeeze(-1) + self.prior_weight * rows[..., self._prior]
 
     def forward_critic(self, observation: torch.Tensor) -> torch.Tensor:
         _, glob, embedded = self._embed(observation)
@@ -65,19 +85,20 @@ class CandidateScorer(nn.Module):
 
 class CandidateScorerPolicy(MaskableActorCriticPolicy):
     """MaskablePPO's actor-critic with :class:`CandidateScorer` in place of the MLP extractor;
-    the scores are the logits (no action layer mixes candidates)."""
+    the scores are the logits (no action layer mixes slots)."""
 
-    def __init__(self, *args: Any, hidden: int = 64, planner_gain_weight: float = PLANNER_GAIN_WEIGHT, **kwargs: Any) -> None:
-        self.hidden, self.planner_gain_weight = hidden, planner_gain_weight
-        kwargs.setdefault("ortho_init", False)  # keeps the score layer small and the planner weight as set
+    def __init__(self, *args: Any, hidden: int = 64, prior_weight: float = PLANNER_GAIN_WEIGHT,
+                 layout: ScorerLayout = CANDIDATE_LAYOUT, **kwargs: Any) -> None:
+        self.hidden, self.prior_weight, self.layout = hidden, prior_weight, layout
+        kwargs.setdefault("ortho_init", False)  # keeps the score layer small and the prior weight as set
         super().__init__(*args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = CandidateScorer(self.hidden, self.planner_gain_weight)
+        self.mlp_extractor = CandidateScorer(self.hidden, self.prior_weight, self.layout)
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
-        with torch.no_grad():  # the residual starts near zero: the warm start is the planner's choice
+        with torch.no_grad():  # the residual starts near zero: the warm start is the prior's choice
             self.mlp_extractor.score.weight.mul_(0.01)
             self.mlp_extractor.score.bias.zero_()
         self.action_net = nn.Identity()

@@ -19,6 +19,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         from rlsched.errors import ConfigError
 
         raise ConfigError("--address", "--address", args.address, "only the RLlib engine runs on a Ray cluster (--engine rllib)")
+    from rlsched.agents.ppo.expert_train import POLICY_FILE, is_expert_config, train_expert_choice
+
+    if args.config is not None and is_expert_config(args.config):  # hedge-ppo: the expert choice
+        if args.resume:
+            from rlsched.errors import ConfigError
+
+            raise ConfigError("--resume", "--resume", True, "an expert-choice run is not resumable: its recorded streams are reused, so start it again")
+        run_dir = train_expert_choice(args.config, args.out)
+        print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE} (use it as --policies hedge-ppo:{run_dir})")
+        return 0
     from rlsched.agents.ppo.export import export_run
     from rlsched.agents.ppo.train import train
 

@@ -1,0 +1,326 @@
+"""Training ``hedge-ppo``: MaskablePPO on whom the hedge's node follows (``rlsched train``).
+
+A config with an ``expert_choice:`` section (``configs/train/hedge_ppo.yaml``) runs here:
+
+1. record the expert streams of every training and validation episode that is not recorded
+   yet (:func:`~rlsched.agents.experts.record_streams`; about a minute per episode);
+2. fit the switch cost factor on the training streams' simulated switch costs and report
+   its error;
+3. train MaskablePPO with :class:`~rlsched.agents.ppo.candidate_policy.CandidateScorerPolicy`
+   on :class:`~rlsched.agents.ppo.expert_env.ExpertChoiceEnv` over the training streams; its
+   prior is the hand-built rule's verdict, so before any update it is that rule;
+4. every ``eval_freq`` steps, validate on the validation streams (episodes of the training
+   scenarios from other seeds) against the rule, the planner and the best fixed layout, log
+   the figures to TensorBoard and keep the best model;
+5. export the best model to ``<run>/policy.onnx`` with its metadata (PPO steps, training
+   scenarios, the config, the switch cost factor), and draw the learning curve
+   (``<run>/learning_curve.png``, also in TensorBoard).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rlsched.agents.ppo.config import PpoConfig, _section
+from rlsched.errors import ConfigError
+from rlsched.fileio import write_bytes_atomically, write_text_atomically
+
+#: The exported policies' file names in a run folder: the best validated model, and the same
+#: network before any PPO update (the ablation's warm start).
+POLICY_FILE, WARM_START_FILE = "policy.onnx", "warm_start.onnx"
+#: Metadata keys of the exported policy besides :mod:`rlsched.agents.expert_policy`'s.
+STEPS_KEY, CONFIG_KEY = "num_timesteps", "config"
+
+
+@dataclass
+class ExpertChoiceConfig:
+    """What ``hedge-ppo`` is trained on and how (the ``expert_choice:`` section)."""
+
+    scenarios: tuple[str, ...] = ("default",)
+    """training scenarios: bundled names or YAML paths, each optionally followed by
+    ``@TENANT=TRACE[:SCALE[:WARP]]`` trace overrides; none may be a held-out one"""
+    seeds: tuple[int, ...] = (100, 101, 102)
+    """episodes recorded per training scenario (their seeds)"""
+    validation_seeds: tuple[int, ...] = (103,)
+    """episodes per training scenario the periodic validation runs on (not trained on)"""
+    streams: str = ""
+    """folder of the recorded streams (empty: ``<run>/streams``); shared folders are reused"""
+    calibration_samples: int = 24
+    """simulated switch costs recorded per episode (the switch cost factor is fitted on them)"""
+    prior_weight: float = 4.0
+    """initial weight of the rule's verdict in each slot's score (4: the rule's choice has
+    probability 0.95 among 4 slots before any update)"""
+    hidden: int = 64
+    """width of the scorer's per-slot MLP and of its critic"""
+
+
+@dataclass
+class ExpertTrainConfig:
+    """One ``hedge-ppo`` training run (``rlsched train --config FILE``)."""
+
+    expert_choice: ExpertChoiceConfig = field(default_factory=ExpertChoiceConfig)
+    """the training episodes and the policy's shape"""
+    total_timesteps: int = 200_000
+    """PPO steps, all environments together"""
+    n_envs: int = 8
+    """environments stepped together (in this process: each step is a few microseconds)"""
+    seed: int = 0
+    """seeds the model and the environments"""
+    eval_freq: int = 20_000
+    """validate every this many steps"""
+    progress_bar: bool = True
+    """show progress bars"""
+    ppo: PpoConfig = field(default_factory=PpoConfig)
+    """MaskablePPO hyper-parameters (``net_arch`` and ``activation`` are not used: the scorer's shape is ``expert_choice.hidden``)"""
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items()}
+            if isinstance(value, list | tuple):
+                return [plain(v) for v in value]
+            return value
+
+        return plain(dataclasses.asdict(self))
+
+
+def is_expert_config(path: str | Path) -> bool:
+    """True when the training config at ``path`` is a ``hedge-ppo`` one (has ``expert_choice:``)."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(raw, dict) and "expert_choice" in raw
+
+
+def load_expert_config(path: str | Path) -> ExpertTrainConfig:
+    """Read and check a ``hedge-ppo`` training config (errors name the file, field and value)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(path, "file", str(path), "no such config file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, "file", str(path), f"not valid YAML: {exc}") from None
+    config: ExpertTrainConfig = _section(str(path), "", ExpertTrainConfig, raw)
+    for name in ("total_timesteps", "n_envs", "eval_freq"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(path, name, getattr(config, name), "must be > 0")
+    choice = config.expert_choice
+    if not choice.scenarios:
+        raise ConfigError(path, "expert_choice.scenarios", [], "name at least one training scenario")
+    if not choice.seeds or not choice.validation_seeds:
+        raise ConfigError(path, "expert_choice.seeds", list(choice.seeds), "name training and validation seeds")
+    if set(choice.seeds) & set(choice.validation_seeds):
+        raise ConfigError(path, "expert_choice.validation_seeds", list(choice.validation_seeds), "must differ from expert_choice.seeds")
+    if config.ppo.batch_size > config.ppo.n_steps * config.n_envs:
+        raise ConfigError(path, "ppo.batch_size", config.ppo.batch_size, f"must be <= n_steps x n_envs = {config.ppo.n_steps * config.n_envs}")
+    from rlsched.agents.experts import scenario_of
+
+    for spec in choice.scenarios:
+        scenario_of(spec, f"{path}: expert_choice.scenarios")  # bad scenarios and traces fail before any work
+    return config
+
+
+def record_missing(config: ExpertTrainConfig, folder: Path) -> tuple[list[Path], list[Path]]:
+    """(training, validation) stream files, recording the ones not in ``folder`` yet."""
+    from tqdm import tqdm
+
+    from rlsched.agents.experts import record_streams, scenario_of, stream_name
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    choice = config.expert_choice
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = [(spec, seed, seed in choice.validation_seeds) for spec in choice.scenarios for seed in choice.seeds + choice.validation_seeds]
+    train, validation = [], []
+    missing = [(spec, seed) for spec, seed, _ in jobs if not (folder / f"{stream_name(spec, seed)}.pkl").exists()]
+    with tqdm(total=len(missing), desc="recording expert streams", unit="episode", disable=not config.progress_bar or not missing) as bar:
+        for spec, seed, is_validation in jobs:
+            path = folder / f"{stream_name(spec, seed)}.pkl"
+            if not path.exists():
+                env = GpuShareEnv(scenario_of(spec, "expert_choice.scenarios"))
+                record_streams(env, seed, f"{spec} seed {seed}", choice.calibration_samples).save(path)
+                bar.update(1)
+            (validation if is_validation else train).append(path)
+    return train, validation
+
+
+def validate(streams: list[Any], factor: float, choose: Any) -> np.ndarray:
+    """What the node earns on each stream, request-equivalents, choosing with ``choose(env, observation) -> slot``."""
+    from rlsched.agents.baselines.hedge import MigratorHedge
+    from rlsched.agents.ppo.expert_env import ExpertChoiceEnv
+
+    env = ExpertChoiceEnv(streams, factor, MigratorHedge())
+    earned = np.zeros(len(streams))
+    for i in range(len(streams)):
+        observation, _ = env.reset(options={"stream": i})
+        truncated = False
+        while not truncated:
+            observation, _, _, truncated, info = env.step(choose(env, observation))
+            earned[i] += info["earned"]
+    return earned
+
+
+def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
+    """Run the whole pipeline of the module docstring; returns the run folder."""
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from rlsched.agents.baselines.hedge import MigratorHedge
+    from rlsched.agents.expert_policy import EXPERT_CHOICE_KIND, FACTOR_KEY, KIND_KEY
+    from rlsched.agents.experts import ExpertStreams, fit_switch_cost_factor
+    from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
+    from rlsched.agents.ppo.expert_env import EXPERT_LAYOUT, ExpertChoiceEnv
+
+    config = load_expert_config(config_path)
+    run = Path(out)
+    run.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(run / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+    choice = config.expert_choice
+    folder = Path(choice.streams) if choice.streams else run / "streams"
+    train_files, validation_files = record_missing(config, folder)
+    train = [ExpertStreams.load(p) for p in train_files]
+    validation = [ExpertStreams.load(p) for p in validation_files]
+    factor, factor_error = fit_switch_cost_factor(train)
+    _, validation_factor_error = fit_switch_cost_factor(validation) if any(s.calibration for s in validation) else (factor, float("nan"))
+
+    torch.manual_seed(config.seed)
+    venv = DummyVecEnv([lambda: ExpertChoiceEnv(train, factor, MigratorHedge()) for _ in range(config.n_envs)])
+    venv.seed(config.seed)
+    p = config.ppo
+    model = MaskablePPO(CandidateScorerPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
+                        n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef,
+                        vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=config.seed, device="cpu", tensorboard_log=str(run / "tb"),
+                        policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "layout": EXPERT_LAYOUT})
+
+    rule = validate(validation, factor, lambda env, _: env.rule_action())
+    planner = np.array([s.rewards[0, s.profile_intervals:].sum() for s in validation])
+    fixed_best = np.array([s.rewards[1:, s.profile_intervals:].sum(axis=1).max() for s in validation])
+    curve: list[tuple[int, float]] = []
+
+    def learned(env: ExpertChoiceEnv, observation: np.ndarray) -> int:
+        action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
+        return int(action)
+
+    class Validation(BaseCallback):
+        """Validates every ``eval_freq`` steps, logs, keeps the best model."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.best = -np.inf
+            self.next_at = 0
+            self.started = time.perf_counter()
+
+        def _evaluate(self) -> None:
+            earned = validate(validation, factor, learned)
+            ratio = float(np.mean(earned / rule))
+            curve.append((self.num_timesteps, ratio))
+            self.logger.record("validation/x_rule", ratio)
+            self.logger.record("validation/x_planner", float(np.mean(earned / planner)))
+            self.logger.record("validation/x_best_fixed", float(np.mean(earned / fixed_best)))
+            self.logger.record("perf/steps_per_s", self.num_timesteps / max(time.perf_counter() - self.started, 1e-9))
+            if ratio > self.best:
+                self.best = ratio
+                self.model.save(run / "best_model")
+                write_text_atomically(run / "best.json", json.dumps({"num_timesteps": self.num_timesteps, "x_rule": ratio}) + "\n")
+
+        def _on_training_start(self) -> None:
+            self.model.save(run / "warm_model")
+            self.started = time.perf_counter()
+            self._evaluate()  # the warm start: the rule itself (up to ties)
+            self.next_at = config.eval_freq
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_at:
+                self._evaluate()
+                self.next_at += config.eval_freq
+            return True
+
+    started = time.perf_counter()
+    model.learn(config.total_timesteps, callback=Validation(), progress_bar=config.progress_bar)
+    seconds = time.perf_counter() - started
+    model.save(run / "final_model")
+    best = MaskablePPO.load(run / "best_model", device="cpu")
+    steps = json.loads((run / "best.json").read_text())["num_timesteps"]
+    metadata = {KIND_KEY: EXPERT_CHOICE_KIND, STEPS_KEY: str(steps), FACTOR_KEY: json.dumps(factor),
+                CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(choice.scenarios)),
+                "switch_cost_factor_error": json.dumps({"train": factor_error, "validation": validation_factor_error})}
+    export_scorer(best.policy, run / POLICY_FILE, metadata)
+    export_scorer(MaskablePPO.load(run / "warm_model", device="cpu").policy, run / WARM_START_FILE, {**metadata, STEPS_KEY: "0"})
+    summary = {"train_seconds": seconds, "steps_per_s": config.total_timesteps / seconds, "best_num_timesteps": steps,
+               "switch_cost_factor": factor, "switch_cost_factor_error": {"train": factor_error, "validation": validation_factor_error},
+               "curve": curve, "validation": {"rule": rule.tolist(), "planner": planner.tolist(), "best_fixed": fixed_best.tolist(),
+                                               "streams": [s.source for s in validation]}}
+    write_text_atomically(run / "summary.json", json.dumps(summary, indent=2) + "\n")
+    plot_curve(curve, planner, fixed_best, rule, run / "learning_curve.png", model.logger)
+    return run
+
+
+def export_scorer(policy: Any, path: Path, metadata: dict[str, str]) -> None:
+    """The scorer as ONNX: ``observation`` float32 [batch, obs], ``action_mask`` bool [batch,
+    slots] -> ``action`` int64 [batch] (masked argmax of the scores), ``scores`` float32 [batch, slots]."""
+    import onnx
+    import torch
+
+    class Deployed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scorer = policy.mlp_extractor
+
+        def forward(self, observation: torch.Tensor, action_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            scores = self.scorer.forward_actor(observation)
+            masked = torch.where(action_mask, scores, torch.full_like(scores, -1e8))
+            return torch.argmax(masked, dim=1), scores
+
+    slots = policy.mlp_extractor.slots
+    buffer = io.BytesIO()
+    dummy = (torch.zeros(1, policy.observation_space.shape[0]), torch.ones(1, slots, dtype=torch.bool))
+    # The TorchScript exporter: the scorer is a few fixed-shape layers, and the torch.export
+    # one would need onnxscript, which rlsched does not install. It warns that it is legacy.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(Deployed().eval(), dummy, buffer, input_names=["observation", "action_mask"], output_names=["action", "scores"],
+                          dynamic_axes={"observation": {0: "batch"}, "action_mask": {0: "batch"}}, opset_version=17, dynamo=False)
+    graph = onnx.load_from_string(buffer.getvalue())
+    for key, value in metadata.items():
+        graph.metadata_props.add(key=key, value=value)
+    write_bytes_atomically(path, graph.SerializeToString())
+
+
+def plot_curve(curve: list[tuple[int, float]], planner: np.ndarray, fixed_best: np.ndarray, rule: np.ndarray, path: Path, logger: Any) -> None:
+    """Validation Goodput (x the rule, the warm start) against PPO steps, with the planner's and
+    the best fixed layout's lines; saved as PNG and logged to TensorBoard."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from stable_baselines3.common.logger import Image
+
+    steps, ratio = zip(*curve, strict=True) if curve else ((), ())
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.plot(steps, ratio, marker="o", label="hedge-ppo (validation)")
+    axes.axhline(1.0, color="gray", linestyle="--", label="warm start (the hand-built rule)")
+    axes.axhline(float(np.mean(planner / rule)), color="tab:red", linestyle=":", label="planner (migrator-ilp)")
+    axes.axhline(float(np.mean(fixed_best / rule)), color="tab:green", linestyle="-.", label="best fixed layout (hindsight)")
+    axes.set_xlabel("PPO steps")
+    axes.set_ylabel("Goodput, x the warm start (surrogate)")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    write_bytes_atomically(path, buffer.getvalue())
+    logger.record("validation/learning_curve", Image(plt.imread(io.BytesIO(buffer.getvalue())), "HWC"), exclude=("stdout", "log", "json", "csv"))
+    logger.dump(curve[-1][0] if curve else 0)
