@@ -114,4 +114,4 @@ def test_the_scorer_starts_as_the_library_planner_and_is_permutation_equivariant
         assert torch.allclose(scorer.forward_actor(obs)[0, permutation], scorer.forward_actor(permuted)[0], atol=1e-5)
         assert torch.allclose(scorer.forward_critic(obs), scorer.forward_critic(permuted), atol=1e-5)
     model.learn(12)  # PPO updates run through the custom network
-    assert np.isfinite(float(scorer.planner_weight.detach()))
+    assert np.isfinite(float(scorer.prior_weight.detach()))

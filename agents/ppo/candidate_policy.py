@@ -38,6 +38,9 @@ class ScorerLayout:
     features: tuple[str, ...]
     globals: tuple[str, ...]
     prior: str
+    residual_sees_prior: bool = True
+    """False: the per-slot MLP reads the prior feature as 0, so the residual cannot simply
+    amplify (or undo) the prior in every state; it must score the slots by their other features"""
 
 
 #: The candidate-choice environment's layout (the planner's predicted gain as the prior).
@@ -50,25 +53,36 @@ class CandidateScorer(nn.Module):
     :param hidden: width of the shared per-slot MLP and of the critic's
     :param prior_weight: initial weight of the layout's prior feature in each score
     :param layout: the observation's layout
+    :param learn_prior: let training change the prior's weight (False: a constant, so that
+        only the per-slot residual can move the policy away from the prior, state by state)
     """
 
-    def __init__(self, hidden: int = 64, prior_weight: float = PLANNER_GAIN_WEIGHT, layout: ScorerLayout = CANDIDATE_LAYOUT) -> None:
+    def __init__(self, hidden: int = 64, prior_weight: float = PLANNER_GAIN_WEIGHT, layout: ScorerLayout = CANDIDATE_LAYOUT,
+                 learn_prior: bool = True) -> None:
         super().__init__()
         self.slots = layout.slots
         self.features = len(layout.features)
         self.globals = len(layout.globals)
         self.embed = nn.Sequential(nn.Linear(self.features + self.globals, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
         self.score = nn.Linear(hidden, 1)
-        self.prior_weight = nn.Parameter(torch.tensor(float(prior_weight)))
+        if learn_prior:
+            self.prior_weight = nn.Parameter(torch.tensor(float(prior_weight)))
+        else:
+            self.register_buffer("prior_weight", torch.tensor(float(prior_weight)))
         self.critic = nn.Sequential(nn.Linear(hidden + self.globals, hidden), nn.Tanh())
         self.latent_dim_pi = layout.slots
         self.latent_dim_vf = hidden
         self._prior = layout.features.index(layout.prior)
+        self.residual_sees_prior = layout.residual_sees_prior
+        hide = torch.ones(self.features)
+        hide[self._prior] = 0.0
+        self.register_buffer("_hide_prior", hide)
 
     def _embed(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         rows = observation[:, : self.slots * self.features].reshape(-1, self.slots, self.features)
         glob = observation[:, self.slots * self.features:]
-        joined = torch.cat([rows, glob.unsqueeze(1).expand(-1, self.slots, -1)], dim=-1)
+        seen = rows if self.residual_sees_prior else rows * self._hide_prior
+        joined = torch.cat([seen, glob.unsqueeze(1).expand(-1, self.slots, -1)], dim=-1)
         return rows, glob, self.embed(joined)
 
     def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,13 +102,13 @@ class CandidateScorerPolicy(MaskableActorCriticPolicy):
     the scores are the logits (no action layer mixes slots)."""
 
     def __init__(self, *args: Any, hidden: int = 64, prior_weight: float = PLANNER_GAIN_WEIGHT,
-                 layout: ScorerLayout = CANDIDATE_LAYOUT, **kwargs: Any) -> None:
-        self.hidden, self.prior_weight, self.layout = hidden, prior_weight, layout
+                 layout: ScorerLayout = CANDIDATE_LAYOUT, learn_prior: bool = True, **kwargs: Any) -> None:
+        self.hidden, self.prior_weight, self.layout, self.learn_prior = hidden, prior_weight, layout, learn_prior
         kwargs.setdefault("ortho_init", False)  # keeps the score layer small and the prior weight as set
         super().__init__(*args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = CandidateScorer(self.hidden, self.prior_weight, self.layout)
+        self.mlp_extractor = CandidateScorer(self.hidden, self.prior_weight, self.layout, self.learn_prior)
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)

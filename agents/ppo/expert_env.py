@@ -50,7 +50,7 @@ SUM_SCALE_INTERVALS = 10.0
 #: Every feature is clipped to [-FEATURE_LIMIT, FEATURE_LIMIT].
 FEATURE_LIMIT = 10.0
 #: The observation's layout for :class:`~rlsched.agents.ppo.candidate_policy.CandidateScorer`.
-EXPERT_LAYOUT = ScorerLayout(SLOTS, EXPERT_FEATURES, EXPERT_GLOBALS, "rule")
+EXPERT_LAYOUT = ScorerLayout(SLOTS, EXPERT_FEATURES, EXPERT_GLOBALS, "rule", residual_sees_prior=False)
 #: Intervals of evidence a shadow keeps (its rewards fade below e^-4 beyond them), as the hedge.
 HISTORY_INTERVALS = int(np.ceil(4.0 * MEMORY_INTERVALS))
 
@@ -111,6 +111,7 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(SLOTS)
         self.stream_index = 0
+        self._evidence: dict[int, dict[tuple[int, int], LeaderEvidence]] = {}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
@@ -128,6 +129,8 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         index = int(action)
+        self.last_state = self.state()
+        self.last_rule_action = self.rule_action()
         target = self.offered[index] if 0 <= index < len(self.offered) else self.leader
         stream, t = self.stream, self.step_index
         cost = 0.0
@@ -144,11 +147,33 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self.step_index += 1
         truncated = self.step_index >= stream.steps
         observation = self._observe() if not truncated else np.zeros(self.observation_space.shape, dtype=np.float32)
-        info = {"earned": earned, "switch_cost": cost, "leader": self.leader}
+        info = {"earned": earned, "switch_cost": cost, "leader": self.leader, "state": self.last_state, "rule_action": self.last_rule_action}
         # The planner's own reward is subtracted: it does not depend on the choices, so the best
         # policy is unchanged, but the return's variance from the traffic mostly cancels (an
         # input-dependent baseline, Mao et al., ICLR 2019).
         return observation, (earned - float(stream.rewards[0, column])) / stream.reward_scale, False, truncated, info
+
+    def state(self) -> tuple:
+        """What the next steps depend on (for :meth:`restore`: counterfactual rollouts)."""
+        return (self.stream_index, self.step_index, self.leader, self.since_switch, tuple(self.switch_costs), self.switches)
+
+    def restore(self, state: tuple) -> np.ndarray:
+        """Go back to a :meth:`state`; returns its observation."""
+        self.stream_index, self.step_index, self.leader, self.since_switch, costs, self.switches = state
+        self.stream = self.streams[self.stream_index]
+        self.switch_costs = list(costs)
+        return self._observe()
+
+    def rule_return(self, intervals: int) -> float:
+        """What the node earns over the next ``intervals`` intervals (fewer at the episode's
+        end) following the hand-built rule, request-equivalents."""
+        earned = 0.0
+        for _ in range(intervals):
+            if self.step_index >= self.stream.steps:
+                break
+            _, _, _, _, info = self.step(self.rule_action())
+            earned += info["earned"]
+        return earned
 
     def action_masks(self) -> np.ndarray:
         """True for the slots that hold an expert."""
@@ -165,9 +190,14 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
 
     def _observe(self) -> np.ndarray:
         stream, t = self.stream, self.step_index
-        end = stream.profile_intervals + t
-        window = stream.rewards[:, max(0, end - HISTORY_INTERVALS):end]
-        evidence = leader_evidence(window, self.leader, self.rule.decay)
+        # The evidence depends on the interval and the leader only: cached, as the paired
+        # rollouts of training revisit the same ones many times.
+        cache = self._evidence.setdefault(self.stream_index, {})
+        evidence = cache.get((t, self.leader))
+        if evidence is None:
+            end = stream.profile_intervals + t
+            evidence = leader_evidence(stream.rewards[:, max(0, end - HISTORY_INTERVALS):end], self.leader, self.rule.decay)
+            cache[(t, self.leader)] = evidence
         self.rule.switch_costs = self.switch_costs
         self.rule_choice = self.rule.challenger(evidence)
         self.offered = offered_experts(evidence, self.rule.switch_z)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from stable_baselines3.common.callbacks import BaseCallback
 
 from rlsched.agents.ppo.config import PpoConfig, _section
 from rlsched.errors import ConfigError
@@ -62,6 +63,11 @@ class ExpertChoiceConfig:
     probability 0.95 among 4 slots before any update)"""
     hidden: int = 64
     """width of the scorer's per-slot MLP and of its critic"""
+    advantages: str = "paired"
+    """paired: each step where the policy departs from the rule gets the exact counterfactual
+    advantage (:class:`PairedAdvantages`), the others none; gae: PPO's own estimate"""
+    paired_horizon: int = 180
+    """intervals each counterfactual branch runs for"""
 
 
 @dataclass
@@ -117,6 +123,10 @@ def load_expert_config(path: str | Path) -> ExpertTrainConfig:
         if getattr(config, name) <= 0:
             raise ConfigError(path, name, getattr(config, name), "must be > 0")
     choice = config.expert_choice
+    if choice.advantages not in ("paired", "gae"):
+        raise ConfigError(path, "expert_choice.advantages", choice.advantages, "allowed: paired, gae")
+    if choice.paired_horizon <= 0:
+        raise ConfigError(path, "expert_choice.paired_horizon", choice.paired_horizon, "must be > 0")
     if not choice.scenarios:
         raise ConfigError(path, "expert_choice.scenarios", [], "name at least one training scenario")
     if not choice.seeds or not choice.validation_seeds:
@@ -175,7 +185,6 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
     """Run the whole pipeline of the module docstring; returns the run folder."""
     import torch
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from rlsched.agents.baselines.hedge import MigratorHedge
@@ -203,8 +212,14 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
     model = MaskablePPO(CandidateScorerPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
                         n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef,
                         vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=config.seed, device="cpu", tensorboard_log=str(run / "tb"),
-                        policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "layout": EXPERT_LAYOUT})
+                        normalize_advantage=choice.advantages == "gae",  # paired ones are exact, mostly zero: keep their scale
+                        policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "layout": EXPERT_LAYOUT,
+                                       # A learnable weight would let PPO move every state at once toward or away from the rule.
+                                       "learn_prior": False})
 
+    metadata = {KIND_KEY: EXPERT_CHOICE_KIND, FACTOR_KEY: json.dumps(factor), CONFIG_KEY: json.dumps(config.to_dict()),
+                "training_scenarios": json.dumps(list(choice.scenarios)),
+                "switch_cost_factor_error": json.dumps({"train": factor_error, "validation": validation_factor_error})}
     rule = validate(validation, factor, lambda env, _: env.rule_action())
     planner = np.array([s.rewards[0, s.profile_intervals:].sum() for s in validation])
     fixed_best = np.array([s.rewards[1:, s.profile_intervals:].sum(axis=1).max() for s in validation])
@@ -237,7 +252,9 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
                 write_text_atomically(run / "best.json", json.dumps({"num_timesteps": self.num_timesteps, "x_rule": ratio}) + "\n")
 
         def _on_training_start(self) -> None:
+            # The warm start is exported first, so that it can be evaluated while PPO trains.
             self.model.save(run / "warm_model")
+            export_scorer(self.model.policy, run / WARM_START_FILE, {**metadata, STEPS_KEY: "0"})
             self.started = time.perf_counter()
             self._evaluate()  # the warm start: the rule itself (up to ties)
             self.next_at = config.eval_freq
@@ -249,16 +266,13 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
             return True
 
     started = time.perf_counter()
-    model.learn(config.total_timesteps, callback=Validation(), progress_bar=config.progress_bar)
+    callbacks = [Validation()] + ([PairedAdvantages(train, factor, choice.paired_horizon)] if choice.advantages == "paired" else [])
+    model.learn(config.total_timesteps, callback=callbacks, progress_bar=config.progress_bar)
     seconds = time.perf_counter() - started
     model.save(run / "final_model")
     best = MaskablePPO.load(run / "best_model", device="cpu")
     steps = json.loads((run / "best.json").read_text())["num_timesteps"]
-    metadata = {KIND_KEY: EXPERT_CHOICE_KIND, STEPS_KEY: str(steps), FACTOR_KEY: json.dumps(factor),
-                CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(choice.scenarios)),
-                "switch_cost_factor_error": json.dumps({"train": factor_error, "validation": validation_factor_error})}
-    export_scorer(best.policy, run / POLICY_FILE, metadata)
-    export_scorer(MaskablePPO.load(run / "warm_model", device="cpu").policy, run / WARM_START_FILE, {**metadata, STEPS_KEY: "0"})
+    export_scorer(best.policy, run / POLICY_FILE, {**metadata, STEPS_KEY: str(steps)})
     summary = {"train_seconds": seconds, "steps_per_s": config.total_timesteps / seconds, "best_num_timesteps": steps,
                "switch_cost_factor": factor, "switch_cost_factor_error": {"train": factor_error, "validation": validation_factor_error},
                "curve": curve, "validation": {"rule": rule.tolist(), "planner": planner.tolist(), "best_fixed": fixed_best.tolist(),
@@ -266,6 +280,56 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
     write_text_atomically(run / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot_curve(curve, planner, fixed_best, rule, run / "learning_curve.png", model.logger)
     return run
+
+
+class PairedAdvantages(BaseCallback):
+    """Replaces PPO's advantage estimates by exact, paired counterfactual ones.
+
+    The expert-choice environment is a deterministic replay, so what a departure from the
+    hand-built rule is worth can be measured rather than estimated: from the state the step
+    started in, one branch takes the policy's action and the other the rule's, both then
+    follow the rule for ``horizon`` intervals on the same recorded traffic, and the
+    difference of what they earn (per the node's requests per interval) is the step's
+    advantage. Steps where the policy chose as the rule did get 0. This is the paired
+    baseline for input-driven environments (the traffic's noise cancels between branches)
+    and it makes PPO's update one step of policy improvement over the rule; the clipped
+    objective, the masks and the entropy term are MaskablePPO's.
+    """
+
+    def __init__(self, streams: list[Any], factor: float, horizon: int) -> None:
+        from rlsched.agents.baselines.hedge import MigratorHedge
+        from rlsched.agents.ppo.expert_env import ExpertChoiceEnv
+
+        super().__init__()
+        self.env = ExpertChoiceEnv(streams, factor, MigratorHedge())
+        self.horizon = horizon
+        self.steps: list[list[tuple[tuple, int, int]]] = []
+
+    def _on_rollout_start(self) -> None:
+        self.steps = []
+
+    def _on_step(self) -> bool:
+        self.steps.append([(info["state"], int(a), int(info["rule_action"])) for info, a in zip(self.locals["infos"], self.locals["actions"], strict=True)])
+        return True
+
+    def _branch(self, state: tuple, action: int) -> float:
+        self.env.restore(state)
+        _, _, _, truncated, info = self.env.step(action)
+        return info["earned"] + (0.0 if truncated else self.env.rule_return(self.horizon - 1))
+
+    def _on_rollout_end(self) -> None:
+        buffer = self.model.rollout_buffer
+        advantages = np.zeros_like(buffer.advantages)
+        departures = 0
+        for t, row in enumerate(self.steps):
+            for i, (state, action, rule_action) in enumerate(row):
+                if action != rule_action:
+                    gain = self._branch(state, action) - self._branch(state, rule_action)
+                    advantages[t, i] = gain / self.env.stream.reward_scale
+                    departures += 1
+        buffer.advantages[:] = advantages
+        self.logger.record("paired/departures", departures / max(advantages.size, 1))
+        self.logger.record("paired/positive", float((advantages > 0).sum()) / max(departures, 1))
 
 
 def export_scorer(policy: Any, path: Path, metadata: dict[str, str]) -> None:
