@@ -9,9 +9,14 @@ seed:
   deployment can run beside the decision loop: the solution joins the library an interval
   later) and the rest (valuing the library, choosing);
 - the candidate scorer's network alone (``CandidateScorerPolicy``'s forward pass on one
-  observation), without the candidate valuing it needs as input.
+  observation), without the candidate valuing it needs as input;
+- with ``--hedge-ppo SPEC`` (e.g. ``hedge-ppo:runs/NAME``): ``hedge-ppo``'s time split into
+  replaying the last interval in its shadows (work a deployment can run beside the decision
+  loop, as soon as the interval's request log is in) and the rest (the evidence, the
+  observation, the network, and the planner's MILP while the planner leads).
 
     python scripts/bench_decisions.py              # 60 decisions per case
+    python scripts/bench_decisions.py --hedge-ppo hedge-ppo:runs/hedge-ppo-v1
 """
 
 from __future__ import annotations
@@ -50,6 +55,34 @@ def decision_times(scenario: Scenario, policy_name: str, steps: int) -> tuple[li
     return total, solving
 
 
+def hedge_times(scenario: Scenario, spec: str, steps: int) -> tuple[list[float], list[float]]:
+    """Per decision of ``hedge-ppo``: (wall ms of ``act``, ms of it spent replaying the shadows)."""
+    env = GpuShareEnv(scenario)
+    observation, _ = env.reset(seed=0)
+    policy = make_policy(spec)
+    policy.reset(env)
+    replay = policy.replay_last_interval
+    replaying = [0.0]
+
+    def timed(node: GpuShareEnv) -> None:
+        started = time.perf_counter()
+        replay(node)
+        replaying[0] += (time.perf_counter() - started) * 1e3
+
+    policy.replay_last_interval = timed  # type: ignore[method-assign]
+    total, shadows = [], []
+    for _ in range(steps):
+        replaying[0] = 0.0
+        started = time.perf_counter()
+        decision = policy.act(observation, env)
+        total.append((time.perf_counter() - started) * 1e3)
+        shadows.append(replaying[0])
+        observation, _, _, truncated, _ = apply(env, decision)
+        if truncated:
+            break
+    return total, shadows
+
+
 def network_ms(repeats: int = 200) -> list[float]:
     """Forward passes of the candidate scorer on one observation, ms each."""
     scorer = CandidateScorer()
@@ -70,6 +103,7 @@ def percentiles(times: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="decisions per case and policy")
+    parser.add_argument("--hedge-ppo", default=None, help="also time this hedge-ppo policy (hedge-ppo or hedge-ppo:PATH)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     default = load_scenario("default")
@@ -83,6 +117,11 @@ def main() -> None:
         print(f"  planner-library, whole act          {percentiles(library)}  (p99 {np.percentile(library, 99) / p99:.2f}x the planner's)")
         print(f"  planner-library, without the solves {percentiles(choosing)}  (p99 {np.percentile(choosing, 99) / p99:.2f}x; "
               f"{sum(s > 0 for s in solving)} decisions asked for a solve)")
+        if args.hedge_ppo:
+            whole, shadows = hedge_times(scenario, args.hedge_ppo, args.steps)
+            rest = [t - s for t, s in zip(whole, shadows, strict=True)]
+            print(f"  hedge-ppo, whole act                {percentiles(whole)}  (p99 {np.percentile(whole, 99) / p99:.2f}x the planner's)")
+            print(f"  hedge-ppo, without the shadows      {percentiles(rest)}  (p99 {np.percentile(rest, 99) / p99:.2f}x)")
     print(f"candidate scorer network alone: {percentiles(network_ms())}")
 
 
