@@ -9,8 +9,9 @@ the best-scored one. The switch cost the network sees is the trained estimate
 (:func:`~rlsched.agents.experts.switch_cost_estimate`, the file's factor); no switch is
 simulated on the decision path.
 
-Spec: ``hedge-ppo`` (the shipped file, ``agents/policies/hedge-ppo/policy.onnx``) or
-``hedge-ppo:PATH`` (an .onnx file, or a run folder's ``policy.onnx``).
+Spec: ``hedge-ppo:PATH`` (an .onnx file, or a run folder's ``policy.onnx``). No policy is
+shipped: the trained ones lost to their own warm start on the held-out suite
+(docs/history-hedge-ppo.md).
 """
 
 from __future__ import annotations
@@ -28,22 +29,18 @@ from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 from rlsched.solver.planner import Planner
 
-#: The shipped expert-choice policy.
-SHIPPED_EXPERT_POLICY = Path(__file__).parent / "policies" / "hedge-ppo" / "policy.onnx"
 #: Metadata keys of an expert-choice policy file (written by :mod:`rlsched.agents.ppo.expert_train`).
 KIND_KEY, FACTOR_KEY = "kind", "switch_cost_factor"
 EXPERT_CHOICE_KIND = "hedge-ppo"
 
 
 def resolve_expert_policy(spec: str) -> Path:
-    """``hedge-ppo`` -> the shipped file; ``hedge-ppo:FILE.onnx`` or ``hedge-ppo:RUN_DIR`` -> that file."""
-    if spec == "hedge-ppo":
-        path = SHIPPED_EXPERT_POLICY
-    else:
-        prefix, colon, rest = spec.partition(":")
-        if prefix != "hedge-ppo" or not colon or not rest:
-            raise ConfigError("--policies", "policy", spec, "expected hedge-ppo or hedge-ppo:PATH (an .onnx file or a training run folder)")
-        path = Path(rest) / "policy.onnx" if Path(rest).is_dir() else Path(rest)
+    """``hedge-ppo:FILE.onnx`` or ``hedge-ppo:RUN_DIR`` -> that file."""
+    prefix, colon, rest = spec.partition(":")
+    if prefix != "hedge-ppo" or not colon or not rest:
+        raise ConfigError("--policies", "policy", spec, "expected hedge-ppo:PATH (an .onnx file or a training run folder; no hedge-ppo "
+                          "policy is shipped: rlsched train --config configs/train/hedge_ppo.yaml --out runs/NAME makes one)")
+    path = Path(rest) / "policy.onnx" if Path(rest).is_dir() else Path(rest)
     if not path.exists():
         raise ConfigError("--policies", spec, str(path), "no such expert-choice policy file")
     return path
@@ -58,7 +55,7 @@ class HedgePpo(MigratorHedge):
 
     name = "hedge-ppo"
 
-    def __init__(self, spec: str = "hedge-ppo") -> None:
+    def __init__(self, spec: str) -> None:
         import onnxruntime
 
         super().__init__(simulate_switch_cost=False)

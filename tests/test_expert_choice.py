@@ -174,3 +174,8 @@ def test_a_policy_file_of_another_kind_is_refused(tmp_path):
         make_policy(f"hedge-ppo:{bad}")
     with pytest.raises(ConfigError, match="no such"):
         make_policy(f"hedge-ppo:{tmp_path / 'missing.onnx'}")
+
+
+def test_hedge_ppo_needs_a_policy_file_and_says_how_to_make_one():
+    with pytest.raises(ConfigError, match="rlsched train --config configs/train/hedge_ppo.yaml"):
+        make_policy("hedge-ppo")

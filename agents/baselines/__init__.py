@@ -34,7 +34,7 @@ def make_policy(name: str) -> Policy:
 
         return HedgePpo(name)
     if name not in POLICIES:
-        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, hedge-ppo, hedge-ppo:PATH, or all)")
+        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, hedge-ppo:PATH, or all)")
     return POLICIES[name]()
 
 
