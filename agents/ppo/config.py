@@ -176,19 +176,20 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (tuples as lists) for YAML."""
-
-        def plain(value: Any) -> Any:
-            if isinstance(value, dict):
-                return {k: plain(v) for k, v in value.items()}
-            if isinstance(value, list | tuple):
-                return [plain(v) for v in value]
-            return value
-
-        return plain(dataclasses.asdict(self))
+        return plain_values(dataclasses.asdict(self))
 
     def to_yaml(self) -> str:
         """The config as YAML (what the run folder's ``config.yaml`` holds)."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def plain_values(value: Any) -> Any:
+    """``value`` with every tuple turned into a list, recursively (what YAML and JSON write)."""
+    if isinstance(value, dict):
+        return {k: plain_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_values(v) for v in value]
+    return value
 
 
 #: Allowed values of string fields.
@@ -291,13 +292,16 @@ def config_from_dict(raw: Any, source: str = "<memory>", cls: type[TrainConfig] 
     return config
 
 
-def load_config(path: str | Path, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
-    """Read and check a training config file (``cls``: as in :func:`config_from_dict`)."""
-    path = Path(path)
+def read_yaml_config(path: Path) -> Any:
+    """The plain values of the YAML file at ``path`` (a missing file or bad YAML names the file)."""
     if not path.exists():
         raise ConfigError(path, "file", str(path), "no such config file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(path, "file", str(path), f"not valid YAML: {exc}") from None
-    return config_from_dict(raw, str(path), cls)
+
+
+def load_config(path: str | Path, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
+    """Read and check a training config file (``cls``: as in :func:`config_from_dict`)."""
+    return config_from_dict(read_yaml_config(Path(path)), str(path), cls)

@@ -32,7 +32,7 @@ import numpy as np
 import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlsched.agents.ppo.config import PpoConfig, _section
+from rlsched.agents.ppo.config import PpoConfig, _section, plain_values, read_yaml_config
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_bytes_atomically, write_text_atomically
 
@@ -90,14 +90,8 @@ class ExpertTrainConfig:
     """MaskablePPO hyper-parameters (``net_arch`` and ``activation`` are not used: the scorer's shape is ``expert_choice.hidden``)"""
 
     def to_dict(self) -> dict[str, Any]:
-        def plain(value: Any) -> Any:
-            if isinstance(value, dict):
-                return {k: plain(v) for k, v in value.items()}
-            if isinstance(value, list | tuple):
-                return [plain(v) for v in value]
-            return value
-
-        return plain(dataclasses.asdict(self))
+        """Plain values (tuples as lists) for YAML and the policy's metadata."""
+        return plain_values(dataclasses.asdict(self))
 
 
 def is_expert_config(path: str | Path) -> bool:
@@ -112,13 +106,7 @@ def is_expert_config(path: str | Path) -> bool:
 def load_expert_config(path: str | Path) -> ExpertTrainConfig:
     """Read and check a ``hedge-ppo`` training config (errors name the file, field and value)."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(path, "file", str(path), "no such config file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(path, "file", str(path), f"not valid YAML: {exc}") from None
-    config: ExpertTrainConfig = _section(str(path), "", ExpertTrainConfig, raw)
+    config: ExpertTrainConfig = _section(str(path), "", ExpertTrainConfig, read_yaml_config(path))
     for name in ("total_timesteps", "n_envs", "eval_freq"):
         if getattr(config, name) <= 0:
             raise ConfigError(path, name, getattr(config, name), "must be > 0")
