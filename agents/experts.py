@@ -149,7 +149,7 @@ def restart_seconds(planner: Planner, source: Configuration, target: Configurati
 
 
 def record_streams(env: GpuShareEnv, seed: int, source: str, calibration_samples: int = 24,
-                   rng: np.random.Generator | None = None, progress: object = None) -> ExpertStreams:
+                   rng: np.random.Generator | None = None) -> ExpertStreams:
     """Run one episode of ``env`` from ``seed`` under ``migrator-hedge`` and record every
     shadow's rewards, the measured rates, the restart seconds between the experts'
     configurations and ``calibration_samples`` simulated switch costs (random pairs among
@@ -196,8 +196,6 @@ def record_streams(env: GpuShareEnv, seed: int, source: str, calibration_samples
         node_rewards.append(reward)
         measured = env.backend.observe()
         rates.append([float(measured.get(n, {}).get("arrival_rate_rps", 0.0)) for n in tenants])
-        if progress is not None:
-            progress.update(1)
     hedge.replay_last_interval(env)  # the shadows run the last interval only at the next act
     shadows_ran(len(node_rewards) - 1)
     return ExpertStreams(source=source, names=[s.name for s in shadows], rewards=np.array(history), profile_intervals=profile,

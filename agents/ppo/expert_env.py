@@ -15,7 +15,7 @@ The observation (:func:`expert_observation`) is the same in training and on a no
 fraction, so one network serves every node shape and GPU type. Each slot's features include
 the hand-built rule's verdict (``rule``), which the scorer
 (:class:`~rlsched.agents.ppo.candidate_policy.CandidateScorer`) adds to its logits with a
-learnable weight: before any PPO update the policy *is* ``migrator-hedge`` without its
+fixed weight its MLP does not see: before any PPO update the policy *is* ``migrator-hedge`` without its
 simulated switch check, and PPO learns a residual.
 """
 
@@ -51,8 +51,6 @@ SUM_SCALE_INTERVALS = 10.0
 FEATURE_LIMIT = 10.0
 #: The observation's layout for :class:`~rlsched.agents.ppo.candidate_policy.CandidateScorer`.
 EXPERT_LAYOUT = ScorerLayout(SLOTS, EXPERT_FEATURES, EXPERT_GLOBALS, "rule", residual_sees_prior=False)
-#: Intervals of evidence a shadow keeps (its rewards fade below e^-4 beyond them), as the hedge.
-HISTORY_INTERVALS = int(np.ceil(4.0 * MEMORY_INTERVALS))
 
 
 def offered_experts(evidence: LeaderEvidence, z: float) -> list[int]:
@@ -94,19 +92,16 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
     :param switch_cost_factor: the factor of :func:`~rlsched.agents.experts.switch_cost_estimate`
     :param rule: the hand-built rule whose verdict is a feature (``challenger(evidence) -> int | None``
         after ``switch_costs`` is set): a :class:`~rlsched.agents.baselines.hedge.MigratorHedge`
-    :param weights: per stream, how often a reset draws it (None: uniformly)
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, streams: Sequence[ExpertStreams], switch_cost_factor: float, rule: Any,
-                 weights: Sequence[float] | None = None) -> None:
+    def __init__(self, streams: Sequence[ExpertStreams], switch_cost_factor: float, rule: Any) -> None:
         if not streams:
             raise ValueError("ExpertChoiceEnv needs at least one recorded stream")
         self.streams = list(streams)
         self.switch_cost_factor = switch_cost_factor
         self.rule = rule
-        self.weights = None if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
         size = SLOTS * len(EXPERT_FEATURES) + len(EXPERT_GLOBALS)
         self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(SLOTS)
@@ -118,7 +113,7 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         if options and "stream" in options:
             self.stream_index = int(options["stream"])
         else:
-            self.stream_index = int(self.np_random.choice(len(self.streams), p=self.weights))
+            self.stream_index = int(self.np_random.choice(len(self.streams)))
         self.stream = self.streams[self.stream_index]
         self.step_index = 0
         self.leader = 0
@@ -196,7 +191,8 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         evidence = cache.get((t, self.leader))
         if evidence is None:
             end = stream.profile_intervals + t
-            evidence = leader_evidence(stream.rewards[:, max(0, end - HISTORY_INTERVALS):end], self.leader, self.rule.decay)
+            window = stream.rewards[:, max(0, end - self.rule.history):end]  # what the hedge's shadows keep
+            evidence = leader_evidence(window, self.leader, self.rule.decay)
             cache[(t, self.leader)] = evidence
         self.rule.switch_costs = self.switch_costs
         self.rule_choice = self.rule.challenger(evidence)

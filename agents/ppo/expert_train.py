@@ -241,7 +241,6 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
 
         def _on_training_start(self) -> None:
             # The warm start is exported first, so that it can be evaluated while PPO trains.
-            self.model.save(run / "warm_model")
             export_scorer(self.model.policy, run / WARM_START_FILE, {**metadata, STEPS_KEY: "0"})
             self.started = time.perf_counter()
             self._evaluate()  # the warm start: the rule itself (up to ties)
