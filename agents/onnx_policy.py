@@ -199,9 +199,19 @@ class PpoPolicy(Policy):
         self.last_check_gain: float | None = None
         self.decider = self.name
 
-    def reset(self, env: GpuShareEnv) -> None:
+    def mismatch(self, env: GpuShareEnv) -> str | None:
+        """Why the network cannot decide for ``env``'s node (None: it can): it is made for one
+        node shape, whose action and observation sizes it fixes."""
         if env.action_space.shape != self.onnx.nvec.shape or not np.array_equal(env.action_space.nvec, self.onnx.nvec):
-            raise ConfigError(self.onnx.path, "nvec", self.onnx.nvec.tolist(), f"the policy's action space does not match scenario {env.scenario.name}'s {env.action_space.nvec.tolist()}")
+            return f"the policy's action space does not match scenario {env.scenario.name}'s {env.action_space.nvec.tolist()}"
+        if env.observation_space.shape != (self.onnx.obs_dim,):
+            return f"the policy takes {self.onnx.obs_dim} observation features, scenario {env.scenario.name} has {env.observation_space.shape[0]}"
+        return None
+
+    def reset(self, env: GpuShareEnv) -> None:
+        problem = self.mismatch(env)
+        if problem is not None:
+            raise ConfigError(self.onnx.path, "nvec", self.onnx.nvec.tolist(), problem)
         report: dict[str, float] = {"steps": 0}
         if self.planner is not None:
             self.planner.reset(env)

@@ -166,6 +166,13 @@ def test_bad_config_names_file_field_and_value_and_exits_2(tmp_path, capsys):
     assert main(["serve", "--backend", "sim", "--metrics-addr", "localhost:99999", "--cycles", "1"]) == 2
 
 
+def test_auto_runs_the_shipped_policy_on_its_node_shape_and_the_hedge_elsewhere(tmp_path):
+    assert Daemon(tiny_config(tmp_path, scenario="default", policy="auto")).guard.policy.name == "ppo"
+    other = Daemon(tiny_config(tmp_path, policy="auto", cycles=2))  # the tiny node: two tenants, not the network's four
+    assert other.guard.policy.name == "migrator-hedge"
+    assert other.run() == 0 and other.cycle == 2 and other.fallbacks == 0
+
+
 @pytest.mark.parametrize("policy", ["static-best", "hindsight"])
 def test_policies_that_need_the_episode_in_hindsight_are_refused(policy, capsys):
     assert main(["serve", "--backend", "sim", "--policy", policy, "--cycles", "1"]) == 2

@@ -45,19 +45,28 @@ class Verdict:
 HINDSIGHT_ONLY = ("static-best", "hindsight")
 
 
-def ppo_available() -> bool:
-    """Whether the shipped PPO policy is installed here."""
-    from rlsched.agents.onnx_policy import SHIPPED_POLICY
+#: What ``auto`` runs where the shipped PPO policy cannot: the planner hedged by the fixed
+#: layouts, which holds up where the planner alone collapses (bursty traffic) and follows it
+#: elsewhere (README, "Baselines and evaluation").
+AUTO_WITHOUT_PPO = "migrator-hedge"
 
-    return SHIPPED_POLICY.exists()
+
+def shipped_ppo_mismatch(env: GpuShareEnv) -> str | None:
+    """Why the shipped PPO policy cannot decide for ``env``'s node (not installed, or made for
+    another node shape); None when it can."""
+    from rlsched.agents.onnx_policy import SHIPPED_POLICY, PpoPolicy
+
+    if not SHIPPED_POLICY.exists():
+        return f"{SHIPPED_POLICY} is not installed"
+    return PpoPolicy("ppo").mismatch(env)
 
 
-def build_policy(name: str, path: str | None = None) -> Policy:
-    """``auto`` (``ppo`` when available, else ``migrator-ilp``), ``ppo`` (the shipped policy,
-    or the exported policy / training run at ``path``; ``ppo@P`` with the planner-takeover
-    probability P), or a baseline by name."""
+def build_policy(name: str, path: str | None = None, env: GpuShareEnv | None = None) -> Policy:
+    """``auto`` (the shipped PPO policy where it can decide for ``env``'s node, else
+    :data:`AUTO_WITHOUT_PPO`), ``ppo`` (the shipped policy, or the exported policy / training
+    run at ``path``; ``ppo@P`` with the planner-takeover probability P), or a baseline by name."""
     if name == "auto":
-        name = "ppo" if ppo_available() else "migrator-ilp"
+        name = "ppo" if env is not None and shipped_ppo_mismatch(env) is None else AUTO_WITHOUT_PPO
     if name == "ppo" or name.startswith("ppo@"):
         from rlsched.agents.onnx_policy import PpoPolicy
 
