@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlsched.agents.baselines.hedge import MigratorHedge, leader_evidence
+from rlsched.agents.baselines.hedge import MigratorHedge
 from rlsched.agents.experts import node_reward_scale, restart_seconds, switch_cost_estimate
 from rlsched.agents.ppo.expert_env import EXPERT_FEATURES, EXPERT_GLOBALS, SLOTS, expert_observation, offered_experts
 from rlsched.decision import Configuration
@@ -102,7 +102,7 @@ class HedgePpo(MigratorHedge):
         return switch_cost_estimate(float(restart_seconds(self.cost_planner, source, goal) @ self.last_rates), self.factor)
 
     def _follow_leader(self) -> None:
-        evidence = leader_evidence(np.array([s.rewards for s in self.shadows]), self.leader, self.decay)
+        evidence = self.evidence()
         rule = self.challenger(evidence)
         offered = offered_experts(evidence, self.switch_z)
         measured = float(np.mean(self.switch_costs)) if self.switch_costs else 0.0

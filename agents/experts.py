@@ -32,7 +32,7 @@ from rlsched.workloads.scenario import Scenario, load_scenario, with_trace_overr
 #: Calibration switches are drawn among this many experts that earned most lately.
 CALIBRATION_EXPERTS = 6
 #: Version of the stream file format (a file of another version is refused).
-STREAM_FORMAT = 1
+STREAM_FORMAT = 2
 
 
 @dataclasses.dataclass
@@ -54,6 +54,8 @@ class ExpertStreams:
     :param reward_scale: the node's requests per interval at its mean rates (>= 1)
     :param calibration: (step, from, to, simulated switch cost) samples, request-equivalents
     :param node_rewards: what the node earned per interval following the recording's own rule
+    :param loads: (profile + episode) intervals x tenants (all of them), the node's load as the
+        hedge weighs evidence by it (:data:`~rlsched.agents.baselines.hedge.LOAD_BANDWIDTH`)
     """
 
     source: str
@@ -66,6 +68,7 @@ class ExpertStreams:
     reward_scale: float
     calibration: list[tuple[int, int, int, float]]
     node_rewards: np.ndarray
+    loads: np.ndarray
     format: int = STREAM_FORMAT
 
     @property
@@ -170,6 +173,7 @@ def record_streams(env: GpuShareEnv, seed: int, source: str, calibration_samples
             if i != j:
                 downtime[i, j] = restart_seconds(planner, fixed[i], fixed[j])
     history = [list(s.rewards) for s in shadows]
+    loads = list(hedge.loads)
     profile = len(history[0])
     steps = int(round(scenario.duration_s / scenario.decision_interval_s))
     # Not the first intervals, whose rewards are the initial restarts'; not the last, which has no next.
@@ -181,6 +185,7 @@ def record_streams(env: GpuShareEnv, seed: int, source: str, calibration_samples
         """The shadows have run episode interval ``step``: record it."""
         for k, s in enumerate(shadows):
             history[k].append(s.rewards[-1])
+        loads.append(hedge.loads[-1])
         planned = shadows[0].env.current
         planner_downtime.append([[restart_seconds(planner, planned, fixed[j]) if j else np.zeros(len(tenants)) for j in range(experts)],
                                  [restart_seconds(planner, fixed[j], planned) if j else np.zeros(len(tenants)) for j in range(experts)]])
@@ -200,7 +205,8 @@ def record_streams(env: GpuShareEnv, seed: int, source: str, calibration_samples
     shadows_ran(len(node_rewards) - 1)
     return ExpertStreams(source=source, names=[s.name for s in shadows], rewards=np.array(history), profile_intervals=profile,
                          rates_rps=np.array(rates), downtime_s=downtime, planner_downtime_s=np.array(planner_downtime),
-                         reward_scale=node_reward_scale(scenario), calibration=calibration, node_rewards=np.array(node_rewards))
+                         reward_scale=node_reward_scale(scenario), calibration=calibration, node_rewards=np.array(node_rewards),
+                         loads=np.array(loads))
 
 
 def _calibrate(hedge: MigratorHedge, step: int, rng: np.random.Generator) -> tuple[int, int, int, float]:

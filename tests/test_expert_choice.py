@@ -13,6 +13,7 @@ from rlsched.agents.experts import ExpertStreams, fit_switch_cost_factor, record
 from rlsched.agents.ppo.expert_env import EXPERT_LAYOUT, SLOTS, ExpertChoiceEnv
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
+from rlsched.workloads.tenants import InferenceTenant
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
 
@@ -27,7 +28,8 @@ def synthetic(rewards: np.ndarray, profile: int = 20, restart_s: float = 1.0, ra
     return ExpertStreams(source="synthetic", names=["planner"] + [f"fixed {k}" for k in range(experts - 1)], rewards=rewards,
                          profile_intervals=profile, rates_rps=np.full((steps, 1), rate_rps), downtime_s=downtime,
                          planner_downtime_s=np.full((steps, 2, experts, 1), restart_s), reward_scale=100.0,
-                         calibration=[(3, 1, 2, 3.0 * restart_s * rate_rps)], node_rewards=np.zeros(steps))
+                         calibration=[(3, 1, 2, 3.0 * restart_s * rate_rps)], node_rewards=np.zeros(steps),
+                         loads=np.ones((columns, 1)))
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,9 @@ def test_recorded_streams_hold_every_shadows_rewards_and_what_a_switch_restarts(
     experts = s.rewards.shape[0]
     assert s.names[0] == "planner" and experts > 2
     assert s.steps == 6 and s.rewards.shape[1] == s.profile_intervals + 6 and s.rates_rps.shape == (6, 2)
+    assert s.loads.shape == (s.profile_intervals + 6, len(env.scenario.tenants))  # the hedge's loads, the profile's included
+    inference = [k for k, t in enumerate(env.scenario.tenants) if isinstance(t, InferenceTenant)]
+    np.testing.assert_allclose(s.loads[s.profile_intervals:, inference] * [t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()], s.rates_rps)
     assert np.all(s.rates_rps > 0)
     # A switch between two different fixed layouts restarts someone; staying restarts no one.
     assert all(s.downtime_s[k, k].sum() == 0 for k in range(experts))

@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlsched.agents.baselines import apply
-from rlsched.agents.baselines.hedge import MIN_EVIDENCE_INTERVALS, TRANSITION_INTERVALS, MigratorHedge
+from rlsched.agents.baselines import apply, make_policy
+from rlsched.agents.baselines.hedge import LOAD_BANDWIDTH, MIN_EVIDENCE_INTERVALS, TRANSITION_INTERVALS, LoadEvidenceChoice, MigratorHedge, MigratorHedgeLoad
 from rlsched.agents.baselines.hindsight import FixedConfiguration, layout_candidates
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.workloads.arrivals import ObservedArrivals
+from rlsched.workloads.tenants import InferenceTenant
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
 
@@ -156,6 +157,81 @@ def test_a_what_if_leaves_the_shadow_as_it_was_and_a_switch_is_priced_by_it():
     assert hedge._simulated_switch_cost(len(hedge.shadows) - 1) == pytest.approx(expected, rel=1e-12, abs=1e-9)
 
 
+def test_evidence_is_weighed_by_how_alike_the_load_was_while_that_forecasts_better():
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    hedge = MigratorHedge(memory_intervals=1e9, switch_margin_intervals=0.0, switch_z=0.0, profile_intervals=0, load_bandwidth=0.3)
+    hedge.reset(env)
+    planner, challenger = hedge.shadows[0], hedge.shadows[-1]
+    tenants = len(env.scenario.tenants)
+    # The challenger wins by 50 at the usual load, loses by 60 at twice the load.
+    calm, busy = np.ones(tenants), np.full(tenants, 2.0)
+    for s in hedge.shadows:
+        _history(s, [0.0] * 24)
+    _history(planner, [100.0] * 24)
+    _history(challenger, [40.0, 150.0] * 12)
+    hedge.loads.extend([busy, calm] * 12)
+    hedge.load_choice.use_load = False
+    assert hedge.evidence().mean[-1] == pytest.approx(-5.0)  # by recency alone: every interval alike
+    hedge._follow_leader()
+    assert hedge.leader == 0
+    hedge.load_choice.use_load = True
+    assert hedge.evidence().mean[-1] == pytest.approx(-5.0)  # not before the node has measured its own intervals
+    hedge.replayed = MIN_EVIDENCE_INTERVALS
+    assert hedge.evidence().mean[-1] == pytest.approx(50.0, abs=0.1)  # now calm: a busy interval weighs e^(-tenants / 0.18)
+    hedge.loads[-1] = np.full(tenants, 5.0)
+    assert hedge.evidence().mean[-1] == pytest.approx(-5.0)  # a load never seen: too little alike, by recency alone
+    hedge.loads[-1] = calm
+    hedge._follow_leader()
+    assert hedge.leader == len(hedge.shadows) - 1
+
+
+def _choose(alternate_with_load: bool, intervals: int = 240) -> LoadEvidenceChoice:
+    """The choice after ``intervals`` of two experts whose difference flips every 30 intervals,
+    with the load (alternate_with_load) or at random (the load then explains nothing)."""
+    rng = np.random.default_rng(0)
+    phase = (np.arange(intervals) // 30) % 2
+    load = phase if alternate_with_load else rng.integers(0, 2, intervals)
+    rewards = np.stack([np.full(intervals, 100.0), 100.0 + np.where(phase == 1, 50.0, -50.0) + rng.normal(0, 5, intervals)])
+    loads = load[:, None].astype(float)
+    choice = LoadEvidenceChoice(math.exp(-1 / 120), 0.3)
+    for n in range(1, intervals + 1):
+        choice.update(rewards[:, :n], loads[:n])
+    return choice
+
+
+def test_the_load_weighs_the_evidence_only_where_it_forecasts_who_earns_more():
+    explained = _choose(alternate_with_load=True)
+    assert explained.use_load and explained.errors[1] < 0.7 * explained.errors[0]
+    unexplained = _choose(alternate_with_load=False)
+    assert not unexplained.use_load
+    off = LoadEvidenceChoice(0.99, 0.0)
+    off.update(np.ones((2, 3)), np.ones((3, 1)))
+    assert not off.use_load and not off.forecasts
+
+
+def test_the_load_weighted_hedge_is_an_opt_in_variant():
+    assert MigratorHedge().load_bandwidth == 0.0
+    variant = make_policy("migrator-hedge-load")
+    assert isinstance(variant, MigratorHedgeLoad) and variant.load_bandwidth == LOAD_BANDWIDTH > 0
+    assert MigratorHedgeLoad(load_bandwidth=0.2, switch_z=2.0).load_bandwidth == 0.2
+
+
+def test_a_shadow_records_the_load_of_every_interval_it_replays():
+    env = GpuShareEnv(TINY)
+    observation, _ = env.reset(seed=0)
+    hedge = MigratorHedge(profile_intervals=4, min_evidence_intervals=4)
+    hedge.reset(env)
+    assert len(hedge.loads) == len(hedge.shadows[0].rewards) == 4
+    observation, *_ = apply(env, hedge.act(observation, env))
+    hedge.act(observation, env)
+    assert len(hedge.loads) == len(hedge.shadows[0].rewards) == 5
+    measured = env.backend.observe()
+    expected = [measured[t.name]["arrival_rate_rps"] / t.arrivals.mean_rate_rps() if isinstance(t, InferenceTenant) else measured[t.name]["active"]
+                for t in env.scenario.tenants]
+    np.testing.assert_allclose(hedge.loads[-1], expected)
+
+
 def test_bad_parameters_are_rejected():
     with pytest.raises(ValueError, match="memory_intervals"):
         MigratorHedge(memory_intervals=0.0)
@@ -163,3 +239,5 @@ def test_bad_parameters_are_rejected():
         MigratorHedge(switch_margin_intervals=-1.0)
     with pytest.raises(ValueError, match="switch_z"):
         MigratorHedge(switch_z=-1.0)
+    with pytest.raises(ValueError, match="load_bandwidth"):
+        MigratorHedge(load_bandwidth=float("nan"))

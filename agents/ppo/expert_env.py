@@ -27,7 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlsched.agents.baselines.hedge import MEMORY_INTERVALS, LeaderEvidence, leader_evidence
+from rlsched.agents.baselines.hedge import MEMORY_INTERVALS, LeaderEvidence, LoadEvidenceChoice, evidence_similarity, leader_evidence
 from rlsched.agents.experts import ExpertStreams, switch_cost_estimate
 from rlsched.agents.ppo.candidate_policy import ScorerLayout
 
@@ -107,6 +107,7 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self.action_space = gym.spaces.Discrete(SLOTS)
         self.stream_index = 0
         self._evidence: dict[int, dict[tuple[int, int], LeaderEvidence]] = {}
+        self._use_load: dict[int, np.ndarray] = {}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
@@ -183,6 +184,21 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         t = max(self.step_index - 1, 0)
         return switch_cost_estimate(self.stream.restart_requests(t, self.leader, target), self.switch_cost_factor)
 
+    def _load_choices(self, index: int) -> np.ndarray:
+        """Per number of recorded intervals (columns), whether the hedge weighs the evidence
+        by load then (:class:`~rlsched.agents.baselines.hedge.LoadEvidenceChoice`, run once
+        over the stream as the hedge runs it)."""
+        if index not in self._use_load:
+            stream = self.streams[index]
+            choice = LoadEvidenceChoice(self.rule.decay, self.rule.load_bandwidth, self.rule.load_error_ratio)
+            use = [False]
+            for end in range(1, stream.rewards.shape[1] + 1):
+                start = max(0, end - self.rule.history)
+                choice.update(stream.rewards[:, start:end], stream.loads[start:end])
+                use.append(choice.use_load)
+            self._use_load[index] = np.array(use)
+        return self._use_load[index]
+
     def _observe(self) -> np.ndarray:
         stream, t = self.stream, self.step_index
         # The evidence depends on the interval and the leader only: cached, as the paired
@@ -191,8 +207,10 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         evidence = cache.get((t, self.leader))
         if evidence is None:
             end = stream.profile_intervals + t
-            window = stream.rewards[:, max(0, end - self.rule.history):end]  # what the hedge's shadows keep
-            evidence = leader_evidence(window, self.leader, self.rule.decay)
+            start = max(0, end - self.rule.history)  # what the hedge's shadows keep
+            use_load = bool(self._load_choices(self.stream_index)[end])
+            similarity = evidence_similarity(stream.loads[start:end], self.rule.load_bandwidth, use_load, t, self.rule.min_evidence_intervals)
+            evidence = leader_evidence(stream.rewards[:, start:end], self.leader, self.rule.decay, similarity)
             cache[(t, self.leader)] = evidence
         self.rule.switch_costs = self.switch_costs
         self.rule_choice = self.rule.challenger(evidence)
