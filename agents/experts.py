@@ -97,7 +97,8 @@ class ExpertStreams:
         except (OSError, pickle.UnpicklingError, EOFError) as error:
             raise ValueError(f"{path}: not an expert stream file ({error})") from error
         if not isinstance(fields, dict) or fields.get("format") != STREAM_FORMAT:
-            raise ValueError(f"{path}: field 'format' is {fields.get('format') if isinstance(fields, dict) else None!r}, expected {STREAM_FORMAT}")
+            raise ValueError(f"{path}: field 'format' is {fields.get('format') if isinstance(fields, dict) else None!r}, expected {STREAM_FORMAT} "
+                             "(recorded by another rlsched version: delete it, and training records it again)")
         return cls(**fields)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +65,12 @@ def test_a_stream_file_of_another_kind_is_refused_by_name(tmp_path):
     bad.write_bytes(b"not a pickle")
     with pytest.raises(ValueError, match="bad.pkl"):
         ExpertStreams.load(bad)
+    old = tmp_path / "old.pkl"  # a recording of format 1 (no loads)
+    fields = dataclasses.asdict(synthetic(np.zeros((3, 25))))
+    fields.pop("loads")
+    old.write_bytes(pickle.dumps({**fields, "format": 1}))
+    with pytest.raises(ValueError, match=r"old.pkl: field 'format' is 1, expected 2 .*delete it"):
+        ExpertStreams.load(old)
 
 
 def test_the_switch_cost_factor_fits_the_simulated_costs():
