@@ -390,6 +390,20 @@ def test_planner_decides_on_real_gpus_before_any_tenant_is_measured(tmp_path, po
     assert fake.layout(0).spec() != "3g.20gb@0,3g.20gb@4"  # and its layout for the declared load was applied
 
 
+def test_auto_on_real_gpus_of_another_node_shape_runs_the_hedge_on_the_declared_rates(tmp_path, caplog):
+    # No observation source and no request log: the hedge's shadows replay Poisson arrivals at
+    # the declared rates, and its decisions are applied through NVML.
+    fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
+    config = tiny_config(tmp_path, backend="nvml", apply=True, cycles=3, policy="auto", observation_tolerance=1e9, log_level="debug")
+    daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
+    assert daemon.guard.policy.name == "migrator-hedge"
+    with caplog.at_level("DEBUG", logger="rlsched.daemon"):
+        assert daemon.run() == 0
+    cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]
+    assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-hedge"}
+    assert fake.layout(0).spec() == daemon.env.current.layouts[0].spec()  # the decided layout is on the GPU
+
+
 # ---------------------------------------------------------------------- soak
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench_daemon.py"
