@@ -227,9 +227,8 @@ class MigratorHedge(Policy):
                 s.rewards.append(reward)
                 if k == 0:  # the arrivals, hence the loads, are every shadow's
                     self._record_load(private.backend.observe())
-        rewards, loads = np.array([s.rewards for s in self.shadows]), np.array(self.loads)
-        for n in range(1, rewards.shape[1] + 1):
-            self.load_choice.update(rewards[:, :n], loads[:n])
+        if self.load_bandwidth > 0:
+            self.load_choice.replay(np.array([s.rewards for s in self.shadows]), np.array(self.loads), self.history)
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Decision:
         if env.last_step is not None:  # an interval has passed: replay it in every shadow
@@ -255,7 +254,8 @@ class MigratorHedge(Policy):
         self.replayed += 1
         for s in self.shadows:
             s.step()
-        self.load_choice.update(np.array([s.rewards for s in self.shadows]), np.array(self.loads))
+        if self.load_bandwidth > 0:
+            self.load_choice.update(np.array([s.rewards for s in self.shadows]), np.array(self.loads))
         for arrivals in self.measured.values():
             arrivals.forget(len(arrivals.rates_rps))
 
@@ -270,9 +270,10 @@ class MigratorHedge(Policy):
         recency and, while that forecasts better (:class:`LoadEvidenceChoice`), by how alike
         its load was to the last interval's."""
         rewards = np.array([s.rewards for s in self.shadows])
+        similarity = None
         # Intervals without a recorded load (only where a test writes rewards) weigh by recency alone.
-        use_load = self.load_choice.use_load and len(self.loads) == rewards.shape[1]
-        similarity = evidence_similarity(np.array(self.loads), self.load_bandwidth, use_load, self.replayed, self.min_evidence_intervals)
+        if self.load_choice.use_load and len(self.loads) == rewards.shape[1]:
+            similarity = evidence_similarity(np.array(self.loads), self.load_bandwidth, True, self.replayed, self.min_evidence_intervals)
         return leader_evidence(rewards, self.leader, self.decay, similarity)
 
     def _simulated_switch_cost(self, challenger: int) -> float:
@@ -410,6 +411,17 @@ class LoadEvidenceChoice:
         alike = faded * load_similarity(loads, self.bandwidth)
         self.forecasts.append(np.stack([relative @ (faded / faded.sum()), relative @ (alike / alike.sum())]))
         self.use_load = bool(self.errors[1] < self.error_ratio * self.errors[0])
+
+    def replay(self, rewards: np.ndarray, loads: np.ndarray, history: int) -> list[bool]:
+        """:meth:`update` after each recorded interval of ``rewards`` (experts x intervals) and
+        ``loads``, each time on the last ``history`` of them (what the hedge keeps); returns
+        :attr:`use_load` after each."""
+        used = []
+        for end in range(1, rewards.shape[1] + 1):
+            start = max(0, end - history)
+            self.update(rewards[:, start:end], loads[start:end])
+            used.append(self.use_load)
+        return used
 
 
 def evidence_similarity(loads: np.ndarray, bandwidth: float, use_load: bool, own_intervals: int, min_intervals: int) -> np.ndarray | None:

@@ -191,12 +191,7 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         if index not in self._use_load:
             stream = self.streams[index]
             choice = LoadEvidenceChoice(self.rule.decay, self.rule.load_bandwidth, self.rule.load_error_ratio)
-            use = [False]
-            for end in range(1, stream.rewards.shape[1] + 1):
-                start = max(0, end - self.rule.history)
-                choice.update(stream.rewards[:, start:end], stream.loads[start:end])
-                use.append(choice.use_load)
-            self._use_load[index] = np.array(use)
+            self._use_load[index] = np.array([False, *choice.replay(stream.rewards, stream.loads, self.rule.history)])
         return self._use_load[index]
 
     def _observe(self) -> np.ndarray:

@@ -51,14 +51,14 @@ HINDSIGHT_ONLY = ("static-best", "hindsight")
 AUTO_WITHOUT_PPO = "migrator-hedge"
 
 
-def shipped_ppo_mismatch(env: GpuShareEnv) -> str | None:
-    """Why the shipped PPO policy cannot decide for ``env``'s node (not installed, or made for
-    another node shape); None when it can."""
+def shipped_ppo_for(env: GpuShareEnv) -> Policy | None:
+    """The shipped PPO policy if it is installed and made for ``env``'s node shape, else None."""
     from rlsched.agents.onnx_policy import SHIPPED_POLICY, PpoPolicy
 
     if not SHIPPED_POLICY.exists():
-        return f"{SHIPPED_POLICY} is not installed"
-    return PpoPolicy("ppo").mismatch(env)
+        return None
+    policy = PpoPolicy("ppo")
+    return policy if policy.mismatch(env) is None else None
 
 
 def build_policy(name: str, path: str | None = None, env: GpuShareEnv | None = None) -> Policy:
@@ -66,7 +66,10 @@ def build_policy(name: str, path: str | None = None, env: GpuShareEnv | None = N
     :data:`AUTO_WITHOUT_PPO`), ``ppo`` (the shipped policy, or the exported policy / training
     run at ``path``; ``ppo@P`` with the planner-takeover probability P), or a baseline by name."""
     if name == "auto":
-        name = "ppo" if env is not None and shipped_ppo_mismatch(env) is None else AUTO_WITHOUT_PPO
+        shipped = shipped_ppo_for(env) if env is not None else None
+        if shipped is not None:
+            return shipped
+        name = AUTO_WITHOUT_PPO
     if name == "ppo" or name.startswith("ppo@"):
         from rlsched.agents.onnx_policy import PpoPolicy
 
