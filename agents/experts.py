@@ -32,7 +32,7 @@ from rlsched.workloads.scenario import Scenario, load_scenario, with_trace_overr
 #: Calibration switches are drawn among this many experts that earned most lately.
 CALIBRATION_EXPERTS = 6
 #: Version of the stream file format (a file of another version is refused).
-STREAM_FORMAT = 2
+STREAM_FORMAT = 3
 
 
 @dataclasses.dataclass
@@ -56,6 +56,8 @@ class ExpertStreams:
     :param node_rewards: what the node earned per interval following the recording's own rule
     :param loads: (profile + episode) intervals x tenants (all of them), the node's load as the
         hedge weighs evidence by it (:data:`~rlsched.agents.baselines.hedge.LOAD_BANDWIDTH`)
+    :param day_intervals: the node's day as the hedge's seasonal forecast reads it
+        (:attr:`~rlsched.agents.baselines.hedge.MigratorHedge.day`; None: no forecast)
     """
 
     source: str
@@ -69,6 +71,7 @@ class ExpertStreams:
     calibration: list[tuple[int, int, int, float]]
     node_rewards: np.ndarray
     loads: np.ndarray
+    day_intervals: int | None = None
     format: int = STREAM_FORMAT
 
     @property
@@ -207,7 +210,7 @@ def record_streams(env: GpuShareEnv, seed: int, source: str, calibration_samples
     return ExpertStreams(source=source, names=[s.name for s in shadows], rewards=np.array(history), profile_intervals=profile,
                          rates_rps=np.array(rates), downtime_s=downtime, planner_downtime_s=np.array(planner_downtime),
                          reward_scale=node_reward_scale(scenario), calibration=calibration, node_rewards=np.array(node_rewards),
-                         loads=np.array(loads))
+                         loads=np.array(loads), day_intervals=hedge.day)
 
 
 def _calibrate(hedge: MigratorHedge, step: int, rng: np.random.Generator) -> tuple[int, int, int, float]:

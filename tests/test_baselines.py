@@ -101,6 +101,24 @@ def test_paris_elsa_partitions_fit_the_node_so_the_repair_changes_nothing():
     assert row["repair_rate"] == 0.0 and row["goodput"] > 0  # before the fit: every step repaired, 0.61x static-best
 
 
+def test_the_traffic_before_an_episode_replays_the_traces_earlier_with_the_tenants_active_at_its_start():
+    from rlsched.agents.baselines.hindsight import day_intervals, preceding_scenario
+    from rlsched.workloads.scenario import load_scenario
+
+    suite = Path(__file__).parents[1] / "configs" / "scenarios" / "suite"
+    scenario = load_scenario(suite / "heldout-deploy.yaml")  # 30 minutes; its traces replay a day per hour (time_warp 24)
+    assert day_intervals(scenario) == 360
+    assert day_intervals(load_scenario(Path(__file__).parent / "data" / "env_tiny.yaml")) is None  # Poisson only
+    before = preceding_scenario(scenario, 3600.0)
+    assert before.duration_s == 3600.0
+    for now, earlier in zip(scenario.tenants, before.tenants, strict=True):
+        if hasattr(getattr(now, "arrivals", None), "offset_s"):
+            a = now.arrivals
+            assert earlier.arrivals.offset_s == pytest.approx((a.offset_s - 3600.0 * a.time_warp) % a.period_s)
+        # vgg (retired at 20 minutes) ran all day before; alexnet and the tuning job (deployed later) did not.
+        assert [earlier.is_active(t) for t in (0.0, 1800.0, 3599.0)] == [now.is_active(0.0)] * 3
+
+
 def test_static_profiled_chooses_on_the_previous_day_of_the_traces():
     from rlsched.agents.baselines.hindsight import PROFILING_TRACE_S, profiling_scenarios
     from rlsched.agents.evaluation import evaluate

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from rlsched.agents.baselines import apply, make_policy
-from rlsched.agents.baselines.hedge import MigratorHedge
-from rlsched.agents.experts import ExpertStreams, fit_switch_cost_factor, record_streams
+from rlsched.agents.baselines.hedge import MIN_EVIDENCE_INTERVALS, MigratorHedge
+from rlsched.agents.experts import STREAM_FORMAT, ExpertStreams, fit_switch_cost_factor, record_streams
 from rlsched.agents.ppo.expert_env import EXPERT_LAYOUT, SLOTS, ExpertChoiceEnv
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
@@ -65,11 +65,11 @@ def test_a_stream_file_of_another_kind_is_refused_by_name(tmp_path):
     bad.write_bytes(b"not a pickle")
     with pytest.raises(ValueError, match="bad.pkl"):
         ExpertStreams.load(bad)
-    old = tmp_path / "old.pkl"  # a recording of format 1 (no loads)
+    old = tmp_path / "old.pkl"  # a recording of format 2 (no day)
     fields = dataclasses.asdict(synthetic(np.zeros((3, 25))))
-    fields.pop("loads")
-    old.write_bytes(pickle.dumps({**fields, "format": 1}))
-    with pytest.raises(ValueError, match=r"old.pkl: field 'format' is 1, expected 2 .*delete it"):
+    fields.pop("day_intervals")
+    old.write_bytes(pickle.dumps({**fields, "format": 2}))
+    with pytest.raises(ValueError, match=rf"old.pkl: field 'format' is 2, expected {STREAM_FORMAT} .*delete it"):
         ExpertStreams.load(old)
 
 
@@ -192,3 +192,29 @@ def test_a_policy_file_of_another_kind_is_refused(tmp_path):
 def test_hedge_ppo_needs_a_policy_file_and_says_how_to_make_one():
     with pytest.raises(ConfigError, match="rlsched train --config configs/train/hedge_ppo.yaml"):
         make_policy("hedge-ppo")
+
+
+def test_the_rule_in_the_expert_env_reads_the_day_before_as_the_hedge_does():
+    day, profile, steps = 20, 40, 60
+    phase = np.arange(profile + steps) % day
+    planner = np.where(phase < 10, 110.0, -400.0)  # every day's second half is a burst the planner loses
+    rewards = np.stack([planner, np.full(len(phase), 100.0), np.zeros(len(phase))])
+
+    def run(day_intervals):
+        stream = synthetic(rewards, profile=profile)
+        stream.day_intervals = day_intervals
+        rule = MigratorHedge(memory_intervals=3, switch_margin_intervals=0.0, switch_z=0.0, season_horizon_intervals=10)
+        env = ExpertChoiceEnv([stream], 0.0, rule)
+        env.reset(options={"stream": 0})
+        leaders, earned, truncated = [], 0.0, False
+        while not truncated:
+            _, _, _, truncated, info = env.step(env.rule_action())
+            leaders.append(info["leader"])
+            earned += info["earned"]
+        return leaders, earned
+
+    lagging, without = run(None)
+    leaders, with_forecast = run(day)
+    bursts = [t for t in range(MIN_EVIDENCE_INTERVALS + day, steps) if phase[profile + t] >= 10]
+    assert any(lagging[t] == 0 for t in bursts)  # the recent past alone follows the planner into its bursts
+    assert all(leaders[t] == 1 for t in bursts) and with_forecast > without

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from rlsched.agents.baselines import apply, make_policy
-from rlsched.agents.baselines.hedge import LOAD_BANDWIDTH, MIN_EVIDENCE_INTERVALS, TRANSITION_INTERVALS, LoadEvidenceChoice, MigratorHedge, MigratorHedgeLoad
+from rlsched.agents.baselines.hedge import (LOAD_BANDWIDTH, MIN_EVIDENCE_INTERVALS, PROFILE_INTERVALS, TRANSITION_INTERVALS, LoadEvidenceChoice, MigratorHedge,
+                                           MigratorHedgeLoad, SeasonalCheck, seasonal_forecast)
 from rlsched.agents.baselines.hindsight import FixedConfiguration, layout_candidates
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.workloads.arrivals import ObservedArrivals
@@ -109,6 +110,56 @@ def test_shadows_start_with_the_profiled_traffic_and_the_node_with_its_best_rule
     assert hedge.report["profiled_leader"] == hedge.shadows[hedge.leader].name
     assert hedge.leader == 0 or means[hedge.leader] > means[0]
     assert hedge.report["leader_changes"] == 0 and hedge._transition is None
+
+
+def test_a_node_without_a_daily_pattern_profiles_the_default_span_and_forecasts_nothing():
+    env = GpuShareEnv(TINY)  # Poisson arrivals only
+    env.reset(seed=0)
+    hedge = MigratorHedge()
+    hedge.reset(env)
+    assert hedge.day is None
+    assert all(len(s.rewards) == PROFILE_INTERVALS for s in hedge.shadows)
+
+
+def test_the_seasonal_forecast_reads_the_day_before_each_coming_interval():
+    rewards = np.arange(10.0)[None, :]  # intervals 0..9 kept; the next ones are 10, 11, ...
+    assert seasonal_forecast(rewards, 6, 2).tolist() == [[4.0, 5.0]]
+    assert seasonal_forecast(rewards, 6, 9).tolist() == [[4.0, 5.0, 6.0, 7.0, 8.0, 9.0]]  # a day ahead at most
+    assert seasonal_forecast(rewards[:, -5:], 6, 3).tolist() == [[5.0, 6.0]]  # interval 4 is no longer kept
+    assert seasonal_forecast(rewards[:, -3:], 6, 2).shape == (1, 0)
+
+
+def test_the_day_before_is_trusted_only_where_it_forecast_the_rewards_better():
+    day, rng = 24, np.random.default_rng(0)
+    phase = np.sin(2 * np.pi * np.arange(4 * day) / day)
+    periodic = np.stack([np.zeros(4 * day), 100 * phase + rng.normal(0, 5, 4 * day)])  # who earns more depends on the hour
+    noise = np.stack([np.zeros(4 * day), rng.normal(0, 100, 4 * day)])  # bursts at random times
+    assert SeasonalCheck(math.exp(-1 / 120), 480).replay(periodic, day, day, 481)[-1]
+    assert not SeasonalCheck(math.exp(-1 / 120), 480).replay(noise, day, day, 481)[-1]
+    assert SeasonalCheck(math.exp(-1 / 120), 480).replay(periodic, day, day, 481)[:MIN_EVIDENCE_INTERVALS] == [False] * MIN_EVIDENCE_INTERVALS
+
+
+def test_the_node_keeps_its_layout_when_the_day_before_says_a_burst_is_coming():
+    def leader_after(season_horizon):
+        env = GpuShareEnv(TINY)
+        env.reset(seed=0)
+        # Memory of 8 intervals: the evidence reads the last 32 (4 memories), not yesterday's burst.
+        hedge = MigratorHedge(memory_intervals=8, switch_margin_intervals=0.0, switch_z=0.0, profile_intervals=0,
+                              simulate_switch_cost=False, season_horizon_intervals=season_horizon)
+        hedge.reset(env)
+        day = 40
+        hedge.day, hedge.replayed = day, 60
+        hedge.season_check.errors = np.array([1.0, 0.0])  # the day before has forecast well
+        # Intervals 0..59 kept: the planner earned a little more than the fixed layouts, but in
+        # intervals 20..27, one day before the coming 60..67, a burst cost it dearly.
+        for s in hedge.shadows:
+            s.rewards = type(s.rewards)([100.0] * 60, maxlen=60)
+        _history(hedge.shadows[0], [105.0] * 20 + [-500.0] * 8 + [105.0] * 32)
+        hedge.leader = len(hedge.shadows) - 1
+        hedge._follow_leader()
+        return hedge.leader
+    assert leader_after(0) == 0  # the recent past alone: the planner takes the node
+    assert leader_after(20) != 0  # with the day before the next 20 intervals: the layout keeps it
 
 
 def test_a_switch_costs_what_the_node_fell_short_of_its_new_leader_then_raises_the_margin():

@@ -7,12 +7,15 @@ node: a simulated copy of it, driven by the arrivals the node observed over the 
 that has just passed (:class:`~rlsched.workloads.arrivals.ObservedArrivals`: the request
 log where the node keeps one, as the simulator does; else Poisson arrivals at the measured
 rates, which hide the bursts inside an interval). Before the first interval every shadow
-is run on the traffic just before the episode (the previous day's, as ``static-profiled``
-profiles it), so the node starts with the rule that earned most there. Each shadow keeps its
+is run on the traffic just before the episode (the node's previous day, with today's
+tenants), so the node starts with the rule that earned most there. Each shadow keeps its
 recent rewards, and the node follows the leader: the planner's decision while the planner
 leads, the leading fixed configuration otherwise. A challenger takes over only on a large and
 clear advantage that also covers what switches have been measured to cost on this node
-(:meth:`MigratorHedge._follow_leader`). So on traffic where adapting pays (shifting mixes,
+(:meth:`MigratorHedge._follow_leader`). On a node whose traffic repeats daily the evidence
+also holds a seasonal forecast: what each rule earned the day before over the coming hour,
+where that day has forecast the rewards far better than the recent past
+(:data:`SEASON_ERROR_RATIO`): so the node does not follow the planner into the day's burst. So on traffic where adapting pays (shifting mixes,
 retraining, tenants that come and go) the planner keeps the node, and on traffic whose
 bursts its fluid forecast cannot see, the node holds the fixed layout that earns most on
 the traffic that comes: ``static-best``'s choice, made online from the past instead of in
@@ -40,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.agents.baselines.base import Decision, Policy, apply
-from rlsched.agents.baselines.hindsight import PROFILING_SEED_OFFSET, FixedConfiguration, layout_candidates, profiling_scenarios
+from rlsched.agents.baselines.hindsight import PROFILING_SEED_OFFSET, FixedConfiguration, day_intervals, layout_candidates, preceding_scenario
 from rlsched.agents.baselines.planners import MigratorIlp
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
@@ -68,9 +71,30 @@ MIN_EVIDENCE_INTERVALS = 12
 #: Intervals after a switch over which the node's shortfall against the new leader's shadow
 #: is counted as the switch's cost (a restart's backlog drains within them).
 TRANSITION_INTERVALS = 12
-#: Intervals of the traffic before the episode every shadow is first run on (0: none, and
-#: the planner leads until the shadows have measured the episode's own traffic).
+#: Intervals of the traffic before the episode every shadow is first run on, on a node with
+#: no daily pattern (no traced tenant) ...
 PROFILE_INTERVALS = 120
+#: ... and at most (a node's day, :func:`~rlsched.agents.baselines.hindsight.day_intervals`,
+#: is profiled whole up to this: the compressed days of the scenarios last 360 intervals; a
+#: longer day is forecast from the node's own previous day once it has run one).
+MAX_PROFILE_INTERVALS = 360
+#: The seasonal forecast: each expert's rewards one day before each of this many coming
+#: intervals join the evidence (a day/night trace's bursts come at the same time of day, and
+#: the past alone cannot see the one that is about to come: on DeepSeek c30 the node followed
+#: the planner through the calm half of the day into the burst). 0: no forecast ...
+SEASON_HORIZON_INTERVALS = 60
+#: ... each weighing as the last measured interval does ...
+SEASON_WEIGHT = 1.0
+#: ... while yesterday's rewards at the same time of day have forecast each replayed
+#: interval's far better than the recent past has: their squared errors, faded as the rewards
+#: are, below this fraction of the recent past's. On the day/night traces they are 0.03-0.2
+#: of it; on an eight-tenant node whose planner earned otherwise the day before, 0.7-1.1
+#: (following yesterday's leader there lost 3%); on bursts at random times yesterday says
+#: nothing about today ...
+SEASON_ERROR_RATIO = 0.5
+#: ... and only on a day of at most this many intervals (a real day at 10-second intervals;
+#: the rewards of one day are kept).
+MAX_DAY_INTERVALS = 8640
 #: The backend seed of every shadow: they share one stream, so only the decisions differ.
 SHADOW_SEED = 0
 #: Shadows of a node that runs on (the daemon) are episodes this long, seconds.
@@ -140,7 +164,10 @@ class MigratorHedge(Policy):
         interval must be
     :param min_evidence_intervals: measured intervals before the first switch
     :param profile_intervals: intervals of the traffic before the episode that every shadow
-        is run on at reset, as its first evidence (0: none)
+        is run on at reset, as its first evidence (0: none; None: the node's day, between
+        :data:`PROFILE_INTERVALS` and :data:`MAX_PROFILE_INTERVALS`)
+    :param season_horizon_intervals: coming intervals of the seasonal forecast
+        (:data:`SEASON_HORIZON_INTERVALS`; 0: none)
     :param simulate_switch_cost: before a switch, also simulate what it would cost from the
         leader's shadow (:meth:`_simulated_switch_cost`), and require the advantage to cover it
     :param load_bandwidth: weigh each interval of evidence by how alike its load was to the
@@ -160,8 +187,9 @@ class MigratorHedge(Policy):
 
     def __init__(self, memory_intervals: float = MEMORY_INTERVALS, switch_margin_intervals: float = SWITCH_MARGIN_INTERVALS,
                  switch_z: float = SWITCH_Z, min_evidence_intervals: int = MIN_EVIDENCE_INTERVALS,
-                 profile_intervals: int = PROFILE_INTERVALS, simulate_switch_cost: bool = True,
-                 load_bandwidth: float = 0.0, load_error_ratio: float = LOAD_ERROR_RATIO) -> None:
+                 profile_intervals: int | None = None, simulate_switch_cost: bool = True,
+                 load_bandwidth: float = 0.0, load_error_ratio: float = LOAD_ERROR_RATIO,
+                 season_horizon_intervals: int = SEASON_HORIZON_INTERVALS) -> None:
         if memory_intervals <= 0 or switch_margin_intervals < 0 or switch_z < 0 or not load_bandwidth >= 0 or not load_error_ratio > 0:
             raise ValueError(f"memory_intervals must be > 0, switch_margin_intervals, switch_z and load_bandwidth >= 0, load_error_ratio > 0 "
                              f"(got {memory_intervals}, {switch_margin_intervals}, {switch_z}, {load_bandwidth}, {load_error_ratio})")
@@ -170,7 +198,8 @@ class MigratorHedge(Policy):
         self.switch_margin_intervals = switch_margin_intervals
         self.switch_z = switch_z
         self.min_evidence_intervals = max(1, min_evidence_intervals)
-        self.profile_intervals = max(0, profile_intervals)
+        self.profile_intervals = None if profile_intervals is None else max(0, profile_intervals)
+        self.season_horizon_intervals = max(0, season_horizon_intervals)
         self.simulate_switch_cost = simulate_switch_cost
         self.history = math.ceil(4.0 * memory_intervals)  # older rewards weigh below e^-4
 
@@ -182,13 +211,19 @@ class MigratorHedge(Policy):
             duration_s=scenario.duration_s if env.backend.episodic else UNBOUNDED_S,
             tenants=[dataclasses.replace(t, arrivals=self.measured[t.name]) if isinstance(t, InferenceTenant) else t for t in scenario.tenants])
 
+        day = day_intervals(scenario)
+        # The day the seasonal forecast reads (None: no forecast).
+        self.day = day if day is not None and day <= MAX_DAY_INTERVALS and self.season_horizon_intervals else None
+        self.season_check = SeasonalCheck(self.decay, self.history)
+        kept = max(self.history, self.day or 0) + 1  # the evidence and its check read the interval before it
+
         def shadow(name: str, policy: Policy) -> Shadow:
             private = GpuShareEnv(shadow_scenario, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
-            return Shadow(name, policy, private, env.current, self.history)
+            return Shadow(name, policy, private, env.current, kept)
 
         # Per interval of the shadows' rewards, the node's load (see LOAD_BANDWIDTH).
         self.load_scales = {t.name: max(t.arrivals.mean_rate_rps(), 1e-9) if isinstance(t, InferenceTenant) else None for t in scenario.tenants}
-        self.loads: deque[np.ndarray] = deque(maxlen=self.history)
+        self.loads: deque[np.ndarray] = deque(maxlen=kept)
         self.load_choice = LoadEvidenceChoice(self.decay, self.load_bandwidth, self.load_error_ratio)
         self.replayed = 0  # intervals of the node's own traffic replayed
         self.shadows = [shadow("planner", MigratorIlp())]
@@ -199,22 +234,25 @@ class MigratorHedge(Policy):
         self.switch_costs: list[float] = []  # measured on this node, request-equivalents
         self.report = {"leader_changes": 0, "planner_led_steps": 0, "steps": 0, "switch_costs": self.switch_costs}
         self._transition: list[float] | None = None  # the shortfalls since the last switch
-        if self.profile_intervals:
-            self._profile(env)
+        if self.profile_intervals is None:
+            profile = PROFILE_INTERVALS if day is None else min(max(day, PROFILE_INTERVALS), MAX_PROFILE_INTERVALS)
+        else:
+            profile = self.profile_intervals
+        if profile:
+            self._profile(env, profile)
             self._follow_leader()
             # Not a switch of the node: nothing runs yet, and nothing is to be measured.
             self._transition = None
             self.report["leader_changes"] = 0
             self.report["profiled_leader"] = self.shadows[self.leader].name
 
-    def _profile(self, env: GpuShareEnv) -> None:
-        """Start every shadow's history with what its rule earned on the traffic just before
-        the episode (the end of :func:`~rlsched.agents.baselines.hindsight.profiling_scenarios`'
-        latest episode, other random arrivals): the evidence an operator's request log of the
-        previous day gives, so the first decisions need not be the planner's."""
-        latest = profiling_scenarios(env.scenario)[-1]
-        duration_s = min(latest.duration_s, self.profile_intervals * latest.decision_interval_s)
-        profile = dataclasses.replace(latest, duration_s=duration_s)
+    def _profile(self, env: GpuShareEnv, intervals: int) -> None:
+        """Start every shadow's history with what its rule earned on the ``intervals`` of
+        traffic just before the episode (:func:`~rlsched.agents.baselines.hindsight.preceding_scenario`,
+        other random arrivals): the evidence an operator's request log of the previous day
+        gives, so the first decisions need not be the planner's, and the day the seasonal
+        forecast reads."""
+        profile = preceding_scenario(env.scenario, intervals * env.scenario.decision_interval_s)
         seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
         private = GpuShareEnv(profile, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
         for k, s in enumerate(self.shadows):
@@ -254,8 +292,11 @@ class MigratorHedge(Policy):
         self.replayed += 1
         for s in self.shadows:
             s.step()
+        kept = np.array([s.rewards for s in self.shadows])
+        if self.day is not None:
+            self.season_check.update(kept, self.day)
         if self.load_bandwidth > 0:
-            self.load_choice.update(np.array([s.rewards for s in self.shadows]), np.array(self.loads))
+            self.load_choice.update(kept[:, -self.history:], np.array(self.loads)[-self.history:])
         for arrivals in self.measured.values():
             arrivals.forget(len(arrivals.rates_rps))
 
@@ -268,13 +309,18 @@ class MigratorHedge(Policy):
     def evidence(self) -> LeaderEvidence:
         """What the shadows' rewards say against the leader, each interval weighed by its
         recency and, while that forecasts better (:class:`LoadEvidenceChoice`), by how alike
-        its load was to the last interval's."""
-        rewards = np.array([s.rewards for s in self.shadows])
+        its load was to the last interval's; with the seasonal forecast while that forecasts
+        better (:class:`SeasonalCheck`)."""
+        kept = np.array([s.rewards for s in self.shadows])
+        rewards = kept[:, -self.history:]
         similarity = None
         # Intervals without a recorded load (only where a test writes rewards) weigh by recency alone.
-        if self.load_choice.use_load and len(self.loads) == rewards.shape[1]:
-            similarity = evidence_similarity(np.array(self.loads), self.load_bandwidth, True, self.replayed, self.min_evidence_intervals)
-        return leader_evidence(rewards, self.leader, self.decay, similarity)
+        if self.load_choice.use_load and len(self.loads) == kept.shape[1]:
+            similarity = evidence_similarity(np.array(self.loads)[-self.history:], self.load_bandwidth, True, self.replayed, self.min_evidence_intervals)
+        forecast = None
+        if self.day is not None and self.season_check.use_season(self.replayed, self.min_evidence_intervals):
+            forecast = seasonal_forecast(kept, self.day, self.season_horizon_intervals)
+        return leader_evidence(rewards, self.leader, self.decay, similarity, forecast)
 
     def _simulated_switch_cost(self, challenger: int) -> float:
         """What switching to ``challenger`` would cost, simulated: the leader's shadow (the
@@ -450,17 +496,70 @@ def load_similarity(loads: np.ndarray, bandwidth: float) -> np.ndarray | None:
     return np.exp(-0.5 * ((loads - loads[-1]) ** 2).sum(axis=1) / bandwidth**2)
 
 
-def leader_evidence(rewards: np.ndarray, leader: int, decay: float, similarity: np.ndarray | None = None) -> LeaderEvidence:
+def leader_evidence(rewards: np.ndarray, leader: int, decay: float, similarity: np.ndarray | None = None,
+                    forecast: np.ndarray | None = None) -> LeaderEvidence:
     """:class:`LeaderEvidence` from ``rewards`` (experts x intervals, oldest first), the
     memory fading each older interval by ``decay`` and, if given, weighing each interval by
-    its ``similarity`` (in [0, 1]) to the present."""
+    its ``similarity`` (in [0, 1]) to the present; the ``forecast``'s intervals (experts x
+    intervals, :func:`seasonal_forecast`) join them, each weighing :data:`SEASON_WEIGHT`."""
     n = rewards.shape[1]
+    recent = (rewards - rewards[leader])[:, -TRANSITION_INTERVALS:].mean(axis=1) if n else np.zeros(len(rewards))
     faded = decay ** np.arange(n - 1, -1, -1)  # the memory's weight of each interval
     if similarity is not None:
         faded = faded * similarity
-    weights = faded / faded.sum() if n else faded
+    if forecast is not None and forecast.shape[1]:
+        rewards = np.concatenate([rewards, forecast], axis=1)
+        faded = np.concatenate([faded, np.full(forecast.shape[1], SEASON_WEIGHT)])
+    weights = faded / faded.sum() if len(faded) else faded
     advantage = rewards - rewards[leader]
     mean = advantage @ weights
     spread = np.sqrt(((advantage - mean[:, None]) ** 2) @ weights**2)
-    recent = advantage[:, -TRANSITION_INTERVALS:].mean(axis=1) if n else np.zeros(len(rewards))
-    return LeaderEvidence(leader, mean, spread, recent, float(faded.sum()), abs(float(rewards[leader] @ weights)) if n else 0.0, n)
+    return LeaderEvidence(leader, mean, spread, recent, float(faded.sum()), abs(float(rewards[leader] @ weights)) if len(faded) else 0.0, n)
+
+
+def seasonal_forecast(rewards: np.ndarray, day: int, horizon: int) -> np.ndarray:
+    """What each expert earned one ``day`` (intervals) before each of the next ``horizon``
+    intervals: the columns of ``rewards`` (experts x intervals, oldest first, ending with the
+    last interval) that are there (none before a day of them is kept)."""
+    kept = rewards.shape[1]
+    return rewards[:, max(kept - day, 0):max(min(kept - day + horizon, kept), 0)]
+
+
+class SeasonalCheck:
+    """Whether yesterday's rewards at the same time of day forecast the experts' better than
+    the recent past does (:data:`SEASON_ERROR_RATIO`).
+
+    After every replayed interval each forecast of its rewards relative to the experts' mean
+    is scored: the rewards one day before it, and the mean of the ``history`` intervals before
+    it faded by ``decay`` (what the evidence weighs). The squared misses are summed, faded
+    by ``decay``."""
+
+    def __init__(self, decay: float, history: int) -> None:
+        self.decay, self.history = decay, history
+        self.errors = np.zeros(2)  # recent past, a day before
+
+    def update(self, rewards: np.ndarray, day: int) -> None:
+        """Score the forecasts of the last interval of ``rewards`` (experts x intervals, oldest
+        first); nothing while the day before it is not kept."""
+        if rewards.shape[1] <= day:
+            return
+        relative = rewards - rewards.mean(axis=0)
+        past = relative[:, -1 - min(self.history, rewards.shape[1] - 1):-1]
+        faded = self.decay ** np.arange(past.shape[1] - 1, -1, -1)
+        misses = [past @ (faded / faded.sum()) - relative[:, -1], relative[:, -1 - day] - relative[:, -1]]
+        self.errors = self.errors * self.decay + np.array([(m**2).sum() for m in misses])
+
+    def use_season(self, own_intervals: int, min_intervals: int) -> bool:
+        """Whether the forecast joins the evidence now: after ``min_intervals`` scored
+        intervals of the node's own traffic, while its error is the smaller by the ratio."""
+        return own_intervals >= min_intervals and bool(self.errors[1] < SEASON_ERROR_RATIO * self.errors[0])
+
+    def replay(self, rewards: np.ndarray, day: int, first: int, kept: int) -> list[bool]:
+        """:meth:`update` after each interval of ``rewards`` from column ``first`` on (the
+        episode's, after its profile), each time on the last ``kept`` columns (what the hedge
+        keeps); returns :meth:`use_season` before each column from ``first`` on and after the last."""
+        used = [self.use_season(0, 1)]
+        for end in range(first + 1, rewards.shape[1] + 1):
+            self.update(rewards[:, max(0, end - kept):end], day)
+            used.append(self.use_season(end - first, MIN_EVIDENCE_INTERVALS))
+        return used

@@ -178,18 +178,52 @@ PROFILING_TRACE_S = 86_400.0
 MAX_PROFILING_EPISODES = 4
 
 
+def traced_tenants(scenario: Scenario) -> list[Tenant]:
+    """The tenants whose arrivals replay a trace or a daily series (they have a trace time)."""
+    return [t for t in scenario.tenants if all(hasattr(getattr(t, "arrivals", None), a) for a in ("offset_s", "time_warp", "period_s"))]
+
+
+def trace_day_s(tenant: Tenant) -> float:
+    """A traced tenant's day, seconds of trace time: :data:`PROFILING_TRACE_S`, or its period
+    where shorter (a synthetic daily pattern's day is its period; a trace that holds less than
+    a day repeats after it)."""
+    return min(PROFILING_TRACE_S, tenant.arrivals.period_s)
+
+
+def day_intervals(scenario: Scenario) -> int | None:
+    """The node's day in decision intervals: the longest traced tenant's day in node time
+    (trace day / time warp; a compressed day of the scenarios lasts an hour at ``time_warp``
+    24). None where no tenant replays a trace: nothing repeats daily."""
+    days_s = [trace_day_s(t) / t.arrivals.time_warp for t in traced_tenants(scenario)]
+    return max(1, round(max(days_s) / scenario.decision_interval_s)) if days_s else None
+
+
+def preceding_scenario(scenario: Scenario, duration_s: float) -> Scenario:
+    """The ``duration_s`` of the node's traffic just before the episode, as an episode: every
+    trace replayed from that much node time earlier, other arrival processes as they are, and
+    every tenant active or not throughout as it is at the episode's start (the mix of tenants
+    yesterday is not known; assuming today's changes happened yesterday too would foretell them)."""
+    traced = traced_tenants(scenario)
+    tenants = []
+    for t in scenario.tenants:
+        if t in traced:
+            earlier = copy.deepcopy(t.arrivals)
+            earlier.offset_s = (t.arrivals.offset_s - duration_s * t.arrivals.time_warp) % t.arrivals.period_s
+            t = dataclasses.replace(t, arrivals=earlier)
+        if t.active_windows_s:
+            t = dataclasses.replace(t, active_windows_s=() if t.is_active(0.0) else ((0.0, 0.0),))
+        tenants.append(t)
+    return dataclasses.replace(scenario, tenants=tenants, duration_s=duration_s)
+
+
 def profiling_scenarios(scenario: Scenario) -> list[Scenario]:
     """The day before the evaluated episode, in episodes of its length: every trace (and
     diurnal series) replayed from :data:`PROFILING_TRACE_S` of trace time earlier (a synthetic
     series whose period is shorter: one period earlier), one episode after another until that
     day is covered (at most :data:`MAX_PROFILING_EPISODES`); other arrival processes as they
     are. A trace that holds one day only replays the same hours."""
-    traced = [t for t in scenario.tenants if all(hasattr(getattr(t, "arrivals", None), a) for a in ("offset_s", "time_warp", "period_s"))]
-
-    def day_s(t: Tenant) -> float:  # a synthetic daily pattern's day is its period
-        return min(PROFILING_TRACE_S, t.arrivals.period_s)
-
-    count = max((math.ceil(day_s(t) / (scenario.duration_s * t.arrivals.time_warp) - 1e-9) for t in traced), default=1)
+    traced = traced_tenants(scenario)
+    count = max((math.ceil(trace_day_s(t) / (scenario.duration_s * t.arrivals.time_warp) - 1e-9) for t in traced), default=1)
     count = max(1, min(MAX_PROFILING_EPISODES, count))
     profiles = []
     for k in range(count):
@@ -197,7 +231,7 @@ def profiling_scenarios(scenario: Scenario) -> list[Scenario]:
         for t in scenario.tenants:
             if t in traced:
                 earlier = copy.deepcopy(t.arrivals)
-                shift_s = day_s(t) - k * scenario.duration_s * t.arrivals.time_warp
+                shift_s = trace_day_s(t) - k * scenario.duration_s * t.arrivals.time_warp
                 earlier.offset_s = (t.arrivals.offset_s - shift_s) % t.arrivals.period_s
                 t = dataclasses.replace(t, arrivals=earlier)
             tenants.append(t)

@@ -27,7 +27,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlsched.agents.baselines.hedge import MEMORY_INTERVALS, LeaderEvidence, LoadEvidenceChoice, evidence_similarity, leader_evidence
+from rlsched.agents.baselines.hedge import (MEMORY_INTERVALS, LeaderEvidence, LoadEvidenceChoice, SeasonalCheck, evidence_similarity,
+                                           leader_evidence, seasonal_forecast)
 from rlsched.agents.experts import ExpertStreams, switch_cost_estimate
 from rlsched.agents.ppo.candidate_policy import ScorerLayout
 
@@ -108,6 +109,7 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self.stream_index = 0
         self._evidence: dict[int, dict[tuple[int, int], LeaderEvidence]] = {}
         self._use_load: dict[int, np.ndarray] = {}
+        self._use_season: dict[int, list[bool]] = {}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
@@ -194,6 +196,18 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
             self._use_load[index] = np.array([False, *choice.replay(stream.rewards, stream.loads, self.rule.history)])
         return self._use_load[index]
 
+    def _season_choices(self, index: int) -> list[bool]:
+        """Per episode interval, whether the hedge's evidence takes in the seasonal forecast
+        then (:class:`~rlsched.agents.baselines.hedge.SeasonalCheck`, run once over the stream
+        as the hedge runs it)."""
+        if index not in self._use_season:
+            stream = self.streams[index]
+            check = SeasonalCheck(self.rule.decay, self.rule.history)
+            day = stream.day_intervals
+            self._use_season[index] = (check.replay(stream.rewards, day, stream.profile_intervals, max(self.rule.history, day) + 1)
+                                       if day is not None else [False] * (stream.steps + 1))
+        return self._use_season[index]
+
     def _observe(self) -> np.ndarray:
         stream, t = self.stream, self.step_index
         # The evidence depends on the interval and the leader only: cached, as the paired
@@ -205,7 +219,11 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
             start = max(0, end - self.rule.history)  # what the hedge's shadows keep
             use_load = bool(self._load_choices(self.stream_index)[end])
             similarity = evidence_similarity(stream.loads[start:end], self.rule.load_bandwidth, use_load, t, self.rule.min_evidence_intervals)
-            evidence = leader_evidence(stream.rewards[:, start:end], self.leader, self.rule.decay, similarity)
+            forecast = None
+            if self._season_choices(self.stream_index)[t]:
+                forecast = seasonal_forecast(stream.rewards[:, max(0, end - stream.day_intervals - 1):end], stream.day_intervals,
+                                             self.rule.season_horizon_intervals)
+            evidence = leader_evidence(stream.rewards[:, start:end], self.leader, self.rule.decay, similarity, forecast)
             cache[(t, self.leader)] = evidence
         self.rule.switch_costs = self.switch_costs
         self.rule_choice = self.rule.challenger(evidence)
