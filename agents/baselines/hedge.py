@@ -24,13 +24,15 @@ hindsight.
 ``migrator-hedge-load`` (:class:`MigratorHedgeLoad`, opt-in) also weighs each past interval's
 evidence by how alike its load was to the last interval's, on nodes where that has forecast
 the rewards better (:class:`LoadEvidenceChoice`). Measured closed loop on 82 episodes
-(docs/planner-bursts.md) it earns 0.6% more on average, up to 9% more on some day/night and
-two-GPU nodes and up to 5% less on others, so it is not the default.
+(docs/planner-bursts.md, before the seasonal forecast) it earned 0.6% more on average, up to 9%
+more on some day/night and two-GPU nodes and up to 5% less on others, so it is not the default.
 
 The constants were chosen on the training suite's scenarios, ``default``, two tuning traces,
 the held-out suite's ``heldout-deploy`` (where following fixed leaders without the profile
 and the measured switch cost lost 38%) and two day/night traces (which the simulated
-switch cost is for): docs/planner-bursts.md, which also lists the traces still held out.
+switch cost is for); the seasonal forecast's on recorded streams of 27 scenarios and on
+``heldout-eight-tenants`` (its check's ratio): docs/planner-bursts.md, which also lists the
+traces still held out.
 """
 
 from __future__ import annotations
@@ -383,8 +385,9 @@ class MigratorHedge(Policy):
 
 class MigratorHedgeLoad(MigratorHedge):
     """``migrator-hedge`` whose evidence is also weighed by load similarity where that forecasts
-    better (:data:`LOAD_BANDWIDTH`, :class:`LoadEvidenceChoice`). Opt-in: closed loop it gains
-    0.6% on average over 82 episodes, between -5% and +9% per episode (docs/planner-bursts.md).
+    better (:data:`LOAD_BANDWIDTH`, :class:`LoadEvidenceChoice`). Opt-in: closed loop it gained
+    0.6% on average over 82 episodes, between -5% and +9% per episode, over the hedge before its
+    seasonal forecast (docs/planner-bursts.md).
 
     Departs from MIGRator as ``migrator-hedge`` does; the load weighting is rlsched's own (no
     paper)."""
