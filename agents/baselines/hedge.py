@@ -13,9 +13,10 @@ recent rewards, and the node follows the leader: the planner's decision while th
 leads, the leading fixed configuration otherwise. A challenger takes over only on a large and
 clear advantage that also covers what switches have been measured to cost on this node
 (:meth:`MigratorHedge._follow_leader`). On a node whose traffic repeats daily the evidence
-also holds a seasonal forecast: what each rule earned the day before over the coming hour,
-where that day has forecast the rewards far better than the recent past
-(:data:`SEASON_ERROR_RATIO`): so the node does not follow the planner into the day's burst. So on traffic where adapting pays (shifting mixes,
+also holds a seasonal forecast: what each rule earned a day before each of the coming
+intervals, where that day has forecast the rewards far better than the recent past
+(:data:`SEASON_ERROR_RATIO`), so that the node does not follow the planner into the day's
+burst. So on traffic where adapting pays (shifting mixes,
 retraining, tenants that come and go) the planner keeps the node, and on traffic whose
 bursts its fluid forecast cannot see, the node holds the fixed layout that earns most on
 the traffic that comes: ``static-best``'s choice, made online from the past instead of in
