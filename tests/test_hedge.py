@@ -134,9 +134,9 @@ def test_the_day_before_is_trusted_only_where_it_forecast_the_rewards_better():
     phase = np.sin(2 * np.pi * np.arange(4 * day) / day)
     periodic = np.stack([np.zeros(4 * day), 100 * phase + rng.normal(0, 5, 4 * day)])  # who earns more depends on the hour
     noise = np.stack([np.zeros(4 * day), rng.normal(0, 100, 4 * day)])  # bursts at random times
-    assert SeasonalCheck(math.exp(-1 / 120), 480).replay(periodic, day, day, 481)[-1]
-    assert not SeasonalCheck(math.exp(-1 / 120), 480).replay(noise, day, day, 481)[-1]
-    assert SeasonalCheck(math.exp(-1 / 120), 480).replay(periodic, day, day, 481)[:MIN_EVIDENCE_INTERVALS] == [False] * MIN_EVIDENCE_INTERVALS
+    assert SeasonalCheck(math.exp(-1 / 120), 480).replay(periodic, day, day)[-1]
+    assert not SeasonalCheck(math.exp(-1 / 120), 480).replay(noise, day, day)[-1]
+    assert SeasonalCheck(math.exp(-1 / 120), 480).replay(periodic, day, day)[:MIN_EVIDENCE_INTERVALS] == [False] * MIN_EVIDENCE_INTERVALS
 
 
 def test_the_node_keeps_its_layout_when_the_day_before_says_a_burst_is_coming():

@@ -218,7 +218,7 @@ class MigratorHedge(Policy):
         # The day the seasonal forecast reads (None: no forecast).
         self.day = day if day is not None and day <= MAX_DAY_INTERVALS and self.season_horizon_intervals else None
         self.season_check = SeasonalCheck(self.decay, self.history)
-        kept = max(self.history, self.day or 0) + 1  # the evidence and its check read the interval before it
+        kept = kept_intervals(self.history, self.day)
 
         def shadow(name: str, policy: Policy) -> Shadow:
             private = GpuShareEnv(shadow_scenario, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
@@ -295,11 +295,12 @@ class MigratorHedge(Policy):
         self.replayed += 1
         for s in self.shadows:
             s.step()
-        kept = np.array([s.rewards for s in self.shadows])
-        if self.day is not None:
-            self.season_check.update(kept, self.day)
-        if self.load_bandwidth > 0:
-            self.load_choice.update(kept[:, -self.history:], np.array(self.loads)[-self.history:])
+        if self.day is not None or self.load_bandwidth > 0:  # the default hedge on a node without traces needs neither
+            kept = np.array([s.rewards for s in self.shadows])
+            if self.day is not None:
+                self.season_check.update(kept, self.day)
+            if self.load_bandwidth > 0:
+                self.load_choice.update(kept[:, -self.history:], np.array(self.loads)[-self.history:])
         for arrivals in self.measured.values():
             arrivals.forget(len(arrivals.rates_rps))
 
@@ -521,6 +522,13 @@ def leader_evidence(rewards: np.ndarray, leader: int, decay: float, similarity: 
     return LeaderEvidence(leader, mean, spread, recent, float(faded.sum()), abs(float(rewards[leader] @ weights)) if len(faded) else 0.0, n)
 
 
+def kept_intervals(history: int, day: int | None) -> int:
+    """Intervals of rewards the hedge keeps: its evidence's ``history``, or the ``day`` the
+    seasonal forecast reads, and the interval before them (:class:`SeasonalCheck` scores the
+    last interval against its predecessors and the day before it)."""
+    return max(history, day or 0) + 1
+
+
 def seasonal_forecast(rewards: np.ndarray, day: int, horizon: int) -> np.ndarray:
     """What each expert earned one ``day`` (intervals) before each of the next ``horizon``
     intervals: the columns of ``rewards`` (experts x intervals, oldest first, ending with the
@@ -558,11 +566,13 @@ class SeasonalCheck:
         intervals of the node's own traffic, while its error is the smaller by the ratio."""
         return own_intervals >= min_intervals and bool(self.errors[1] < SEASON_ERROR_RATIO * self.errors[0])
 
-    def replay(self, rewards: np.ndarray, day: int, first: int, kept: int) -> list[bool]:
+    def replay(self, rewards: np.ndarray, day: int, first: int) -> list[bool]:
         """:meth:`update` after each interval of ``rewards`` from column ``first`` on (the
-        episode's, after its profile), each time on the last ``kept`` columns (what the hedge
-        keeps); returns :meth:`use_season` before each column from ``first`` on and after the last."""
-        used = [self.use_season(0, 1)]
+        episode's, after its profile), each time on the columns the hedge keeps
+        (:func:`kept_intervals`); returns :meth:`use_season` before each column from ``first``
+        on and after the last."""
+        kept = kept_intervals(self.history, day)
+        used = [False]  # nothing of the node's own traffic scored yet
         for end in range(first + 1, rewards.shape[1] + 1):
             self.update(rewards[:, max(0, end - kept):end], day)
             used.append(self.use_season(end - first, MIN_EVIDENCE_INTERVALS))

@@ -204,8 +204,7 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
             stream = self.streams[index]
             check = SeasonalCheck(self.rule.decay, self.rule.history)
             day = stream.day_intervals
-            self._use_season[index] = (check.replay(stream.rewards, day, stream.profile_intervals, max(self.rule.history, day) + 1)
-                                       if day is not None else [False] * (stream.steps + 1))
+            self._use_season[index] = check.replay(stream.rewards, day, stream.profile_intervals) if day is not None else [False] * (stream.steps + 1)
         return self._use_season[index]
 
     def _observe(self) -> np.ndarray:
@@ -221,8 +220,7 @@ class ExpertChoiceEnv(gym.Env[np.ndarray, np.int64]):
             similarity = evidence_similarity(stream.loads[start:end], self.rule.load_bandwidth, use_load, t, self.rule.min_evidence_intervals)
             forecast = None
             if self._season_choices(self.stream_index)[t]:
-                forecast = seasonal_forecast(stream.rewards[:, max(0, end - stream.day_intervals - 1):end], stream.day_intervals,
-                                             self.rule.season_horizon_intervals)
+                forecast = seasonal_forecast(stream.rewards[:, :end], stream.day_intervals, self.rule.season_horizon_intervals)
             evidence = leader_evidence(stream.rewards[:, start:end], self.leader, self.rule.decay, similarity, forecast)
             cache[(t, self.leader)] = evidence
         self.rule.switch_costs = self.switch_costs
