@@ -15,12 +15,12 @@ from rlsched.agents.baselines.hedge import MigratorHedge, MigratorHedgeLoad
 from rlsched.agents.baselines.hindsight import Hindsight, StaticBest, StaticProfiled
 from rlsched.agents.baselines.igniter import Igniter
 from rlsched.agents.baselines.miso import Miso
-from rlsched.agents.baselines.planners import MigratorBurst, MigratorIlp, ParisElsa, PlannerLibrary
+from rlsched.agents.baselines.planners import MigratorBurst, MigratorIlp, MigratorQueue, ParisElsa, PlannerLibrary
 from rlsched.agents.baselines.static import StaticEqual
 from rlsched.errors import ConfigError
 
 #: Name -> policy class, in the order tables list them.
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, StaticProfiled, StaticBest, MigratorIlp, MigratorBurst, MigratorHedge, MigratorHedgeLoad, PlannerLibrary, Igniter, Miso, ParisElsa, Ekya, Fikit, Hindsight)}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, StaticProfiled, StaticBest, MigratorIlp, MigratorQueue, MigratorBurst, MigratorHedge, MigratorHedgeLoad, PlannerLibrary, Igniter, Miso, ParisElsa, Ekya, Fikit, Hindsight)}
 
 
 def make_policy(name: str) -> Policy:
