@@ -292,3 +292,36 @@ def test_bad_parameters_are_rejected():
         MigratorHedge(switch_z=-1.0)
     with pytest.raises(ValueError, match="load_bandwidth"):
         MigratorHedge(load_bandwidth=float("nan"))
+
+
+def test_the_queue_hedge_runs_either_planner_on_the_node_when_it_follows_it():
+    from rlsched.agents.baselines.hedge import MigratorHedgeQueue
+    from rlsched.agents.baselines.planners import MigratorIlp, MigratorQueue
+
+    # default at resnet 2,000 req/s, where the two planners disagree (priority fill or not).
+    import dataclasses
+
+    from rlsched.workloads.arrivals import PoissonArrivals
+    from rlsched.workloads.scenario import load_scenario
+
+    rates = {"resnet": 2000.0, "vgg": 160.0, "bert": 100.0, "alexnet": 220.0}
+    scenario = load_scenario("default")
+    scenario = dataclasses.replace(scenario, duration_s=60.0,
+                                   tenants=[dataclasses.replace(t, arrivals=PoissonArrivals(rate_rps=rates[t.name])) for t in scenario.tenants])
+    env = GpuShareEnv(scenario)
+    observation, _ = env.reset(seed=0)
+    hedge = MigratorHedgeQueue(profile_intervals=0)
+    hedge.reset(env)
+    assert [s.name for s in hedge.shadows[:3]] == ["planner", "planner-queue", "fixed 0"]
+    decisions = []
+    for k, rule in enumerate((MigratorIlp, MigratorQueue)):
+        hedge.switch_to(k)
+        alone = rule()
+        alone.reset(env)
+        decisions.append(hedge.act(observation, env))
+        assert decisions[-1] == alone.act(observation, env)
+    assert decisions[0] != decisions[1]
+    # The plain hedge has the one planner.
+    plain = MigratorHedge(profile_intervals=0)
+    plain.reset(env)
+    assert [s.name for s in plain.shadows].count("planner-queue") == 0 and len(plain.planners) == 1

@@ -94,6 +94,10 @@ class MigratorIlp(Policy):
         self.last_plan = self.planner.plan(windows, env.current, accuracy)
         return self.last_plan.configuration
 
+    def observe(self, env: GpuShareEnv) -> None:
+        """Take in the last interval's measurements without planning (nothing to keep: it
+        plans from the smoothed rates alone)."""
+
 
 class MigratorQueue(MigratorIlp):
     """``migrator-ilp`` with a value model that is right near capacity (opt-in; measurements in
@@ -132,11 +136,18 @@ class MigratorQueue(MigratorIlp):
         self.residuals: dict[str, deque[float]] = {t.name: deque(maxlen=HISTORY_INTERVALS) for t in env.scenario.inference_tenants()}
         self.forecast_rps: dict[str, float] = {}
 
-    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
-        rates, backlog, accuracy = observed_load(env)
+    def observe(self, env: GpuShareEnv) -> None:
+        """Take in the last interval's measurements (forecast error, arrival variability):
+        every interval, whether or not it plans (:class:`~rlsched.agents.baselines.hedge.MigratorHedgeQueue`
+        runs it only while the node follows it)."""
+        rates, _, _ = observed_load(env)
         record_residuals(self.residuals, self.forecast_rps, env.backend.observe())
         self.forecast_rps = dict(rates)
         self.planner.arrival_scv = measured_arrival_scv(env.backend.arrival_times_s(), self.planner.arrival_scv)
+
+    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
+        self.observe(env)
+        rates, backlog, accuracy = observed_load(env)
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         current = env.current
         # The MILP cannot express (hence keep) a priority-fill layout: the running one is a candidate too.
