@@ -14,7 +14,10 @@ then charges the tenant (the downtime model itself is not what is measured). Two
   the requests arriving while down (the planner before the burst-aware value model);
 - ``burst-aware``: the spread of the recent forecast errors
   (:func:`rlsched.agents.baselines.planners.forecast_spread`) and the backlog a restart
-  leaves drained at the option's capacity (:meth:`Planner.restart_loss`).
+  leaves drained at the option's capacity (:meth:`Planner.restart_loss`);
+- ``queue``: ``burst-aware`` with the queueing tail near capacity instead of the linear
+  overload loss, and each tenant's measured inter-arrival variability (``migrator-queue``'s
+  valuation).
 
 Prints, per model, the relative mean absolute error (sum |predicted - simulated| / sum
 |simulated| over tenant-intervals), the bias (sum (predicted - simulated) / sum
@@ -35,7 +38,7 @@ import numpy as np
 from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.decision import SharingMode
-from rlsched.agents.baselines.planners import forecast_spread, record_residuals
+from rlsched.agents.baselines.planners import forecast_spread, measured_arrival_scv, record_residuals
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.simulator.lookahead import HISTORY_INTERVALS
 from rlsched.solver.planner import Planner
@@ -43,13 +46,14 @@ from rlsched.workloads.scenario import load_scenario, with_trace_overrides
 
 
 def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float | None, switch_every: int) -> dict[str, dict[str, float]]:
-    """Per model (``steady``, ``burst-aware``): relative MAE and bias, all intervals and restart intervals."""
+    """Per model (``steady``, ``burst-aware``, ``queue``): relative MAE and bias, all intervals and restart intervals."""
     scenario = with_trace_overrides(load_scenario(scenario_name), traces)
     if duration_s is not None:
         scenario = dataclasses.replace(scenario, duration_s=duration_s)
     env = GpuShareEnv(scenario)
     env.reset(seed=seed)
     planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib)
+    queue = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True)
     means = {t.name: t.arrivals.mean_rate_rps() for t in scenario.inference_tenants()}
     reference = scenario.reference or planner.plan(means).configuration
     others = [c for c in layout_candidates(env) if c.layouts != reference.layouts and SharingMode.PRIORITY_FILL not in c.modes[0]]
@@ -64,8 +68,10 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
         spread = forecast_spread(residuals)
         steady = planner.configuration_values(configuration, window, accuracy)
         bursty = planner.configuration_values(configuration, window, accuracy, spread)
+        queued = queue.configuration_values(configuration, window, accuracy, spread)
         _, _, _, truncated, _ = env.step_configuration(configuration)
         record_residuals(residuals, rates, env.backend.observe())
+        queue.arrival_scv = measured_arrival_scv(env.backend.arrival_times_s(), queue.arrival_scv)
         result = env.backend.simulator._last
         started_s = env.backend.simulator.time_s - scenario.decision_interval_s
         downtime = {c.tenant: c.downtime_s for c in env.backend.simulator.changes if c.t_s == started_s}
@@ -78,13 +84,13 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
             layout = configuration.layouts[p.gpu_index]
             profile = layout.instances[p.instance_index].profile if len(layout) else None
             down = downtime.get(t.name, 0.0)
-            for model, value, drain in (("steady", steady[t.name], None),
-                                        ("burst-aware", bursty[t.name], planner.drain(t, profile, float(p.mps_pct), p.batch_size))):
+            drain = planner.drain(t, profile, float(p.mps_pct), p.batch_size)
+            for model, value, drain in (("steady", steady[t.name], None), ("burst-aware", bursty[t.name], drain), ("queue", queued[t.name], drain)):
                 loss = planner.restart_loss(t, down, value, window, drain) if down > 0 else 0.0
                 rows.append((model, value - loss, simulated, down > 0))
         step += 1
     out: dict[str, dict[str, float]] = {}
-    for model in ("steady", "burst-aware"):
+    for model in ("steady", "burst-aware", "queue"):
         pred = np.array([r[1] for r in rows if r[0] == model])
         sim = np.array([r[2] for r in rows if r[0] == model])
         restart = np.array([r[3] for r in rows if r[0] == model])
