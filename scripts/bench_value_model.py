@@ -84,8 +84,9 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
             layout = configuration.layouts[p.gpu_index]
             profile = layout.instances[p.instance_index].profile if len(layout) else None
             down = downtime.get(t.name, 0.0)
-            drain = planner.drain(t, profile, float(p.mps_pct), p.batch_size)
-            for model, value, drain in (("steady", steady[t.name], None), ("burst-aware", bursty[t.name], drain), ("queue", queued[t.name], drain)):
+            backlog_drain = planner.drain(t, profile, float(p.mps_pct), p.batch_size)
+            for model, value, drain in (("steady", steady[t.name], None), ("burst-aware", bursty[t.name], backlog_drain),
+                                        ("queue", queued[t.name], backlog_drain)):
                 loss = planner.restart_loss(t, down, value, window, drain) if down > 0 else 0.0
                 rows.append((model, value - loss, simulated, down > 0))
         step += 1

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from rlsched.agents.baselines.base import CapacityModel, Policy, observed_load, sized_requests
+from rlsched.agents.baselines.base import CapacityModel, Policy, arrival_rates_rps, observed_load, sized_requests
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.decision import Configuration, SharingMode
@@ -140,14 +140,16 @@ class MigratorQueue(MigratorIlp):
         """Take in the last interval's measurements (forecast error, arrival variability):
         every interval, whether or not it plans (:class:`~rlsched.agents.baselines.hedge.MigratorHedgeQueue`
         runs it only while the node follows it)."""
-        rates, _, _ = observed_load(env)
+        self._take_in(env, arrival_rates_rps(env))
+
+    def _take_in(self, env: GpuShareEnv, rates: dict[str, float]) -> None:
         record_residuals(self.residuals, self.forecast_rps, env.backend.observe())
         self.forecast_rps = dict(rates)
         self.planner.arrival_scv = measured_arrival_scv(env.backend.arrival_times_s(), self.planner.arrival_scv)
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
-        self.observe(env)
         rates, backlog, accuracy = observed_load(env)
+        self._take_in(env, rates)
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         current = env.current
         # The MILP cannot express (hence keep) a priority-fill layout: the running one is a candidate too.

@@ -328,10 +328,10 @@ class Planner:
         ``latency`` (ms, index 0 = batch 1) at the best of ``levels``."""
         best: tuple[float, float, int] | None = None
         window_rates = np.array([r[tenant.name] for r in rates], dtype=float)
+        scv = self.arrival_scv.get(tenant.name, 1.0)
         for b in levels:
             value = 0.0
             # Steady rates: every window's fraction in one vectorised call (the planner's hot loop).
-            scv = self.arrival_scv.get(tenant.name, 1.0)
             fractions = (self.steady_on_time_fractions(tenant, window_rates, latency, b, self.queueing_tail, scv) if rate_cv <= 0.0
                          else [self.on_time_fraction(tenant, float(rate), latency, b, rate_cv) for rate in window_rates])
             for rate, fraction in zip(window_rates, fractions, strict=True):
