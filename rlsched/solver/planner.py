@@ -136,6 +136,8 @@ class PlanOption:
     :param hurdle: what the option must gain beyond ``reconfiguration`` to be chosen over
         keeping the running placement (:meth:`Planner.payback_hurdle`; 0 when it keeps it),
         request-equivalents
+    :param co_runners: the most other tenants the option's GI may hold (the planner's
+        ``co_runner_count``; None: valued against one worst co-runner)
     """
 
     tenant: str
@@ -147,6 +149,7 @@ class PlanOption:
     value: float
     reconfiguration: float
     hurdle: float = 0.0
+    co_runners: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,11 @@ class Planner:
     :param queueing_tail: value the on-time fraction near capacity by the queueing tail of
         :meth:`steady_on_time_fractions` instead of the linear :data:`OVERLOAD_MARGIN`
         (``migrator-queue``)
+    :param co_runner_count: value an MPS share against as many co-runners as its GI holds
+        (:meth:`_co_runners`), not one: each MILP column carries a co-runner count and a row per
+        GI and tenant holds the GI to it (``migrator-queue``). The simulator sums the co-runners'
+        L2 pressure, about 0.15-0.17 each at batch 32 whatever their share, so one co-runner
+        valued vit's 25% of an H100 7g at 370 req/s where it serves 325 beside two.
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
@@ -197,8 +205,10 @@ class Planner:
     """
 
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
-                 restart_backlog: bool = False, payback_margin: bool = False, queueing_tail: bool = False) -> None:
+                 restart_backlog: bool = False, payback_margin: bool = False, queueing_tail: bool = False,
+                 co_runner_count: bool = False) -> None:
         self.restart_backlog, self.payback_margin, self.queueing_tail = restart_backlog, payback_margin, queueing_tail
+        self.co_runner_count = co_runner_count
         self.scenario = scenario
         self.perf = perf_model
         self.memory_gib = memory_gib
@@ -213,6 +223,7 @@ class Planner:
         else:
             self.layouts = [Layout(self.gpu.name, ())]
         self._curves: dict[tuple, np.ndarray] = {}
+        self._pressing_order: dict[str, list[Tenant]] | None = None
         self._work: dict[tuple, float] = {}
         #: Per inference tenant, the squared coefficient of variation of its inter-arrival
         #: times as its request log measures it, for the queueing tail (set by the policy;
@@ -231,21 +242,55 @@ class Planner:
     def _gi_memory(self, profile: str | None) -> float:
         return self.gpu.profiles[profile].memory_gib if profile else self.gpu.memory_gib
 
-    def _co_runners(self, tenant: Tenant, mps_pct: float) -> list[tuple[CoRunner, ...]]:
-        """The co-runner sets a share below 100% is valued against (one per other model)."""
-        if mps_pct >= 100.0:
+    def _co_runners(self, tenant: Tenant, mps_pct: float, count: int | None = None) -> list[tuple[CoRunner, ...]]:
+        """The co-runner sets a share below 100% is valued against: with ``count`` None, one
+        per other model (a single co-runner at :data:`CO_RUNNER_BATCH` holding the rest of
+        the GI); else the one set of the ``count`` other tenants that press hardest (jobs,
+        always busy, first; then services by their L2 pressure), each at its largest batch
+        with an equal part of the rest."""
+        if mps_pct >= 100.0 or count == 0:
             return [()]
-        models = sorted({t.model for t in self.scenario.tenants if t.name != tenant.name})
-        return [(CoRunner(m, CO_RUNNER_BATCH, 100.0 - mps_pct),) for m in models] or [()]
+        if count is None:
+            models = sorted({t.model for t in self.scenario.tenants if t.name != tenant.name})
+            return [(CoRunner(m, CO_RUNNER_BATCH, 100.0 - mps_pct),) for m in models] or [()]
+        worst = self._pressing()[tenant.name][:count]
+        return [tuple(CoRunner(t.model, self._full_batch(t), (100.0 - mps_pct) / len(worst)) for t in worst)]
 
-    def latency_ms(self, tenant: InferenceTenant, profile: str | None, mps_pct: float) -> np.ndarray:
+    def _full_batch(self, tenant: Tenant) -> int:
+        """The batch a tenant runs at full load: a service's largest, a job's own."""
+        return tenant.max_batch if isinstance(tenant, InferenceTenant) else self._background_batch[tenant.name]
+
+    def _pressing(self) -> dict[str, list[Tenant]]:
+        """Per tenant, the other tenants from the hardest-pressing co-runner to the lightest
+        (:meth:`_co_runners`)."""
+        if self._pressing_order is None:
+            def pressure(t: Tenant) -> float:
+                if not isinstance(t, InferenceTenant):
+                    return math.inf
+                return self.perf.l2_pressure(self.gpu.name, t.model, t.max_batch, None, self.share_levels[0])
+            ranked = sorted(self.scenario.tenants, key=pressure, reverse=True)
+            self._pressing_order = {t.name: [o for o in ranked if o.name != t.name] for t in self.scenario.tenants}
+        return self._pressing_order
+
+    def co_runner_counts(self, mps_pct: float, others: int) -> list[int | None]:
+        """The co-runner counts an option at ``mps_pct`` is valued at, with ``others`` other
+        tenants that could join its GI: [None] without ``co_runner_count``; [0] for a whole GI;
+        else 1 up to as many as the rest of the GI holds at the smallest share."""
+        if not self.co_runner_count:
+            return [None]
+        if mps_pct >= 100.0 or others == 0:
+            return [0]
+        return list(range(1, max(1, min(others, math.floor((100.0 - mps_pct) / self.share_levels[0] + 1e-9))) + 1))
+
+    def latency_ms(self, tenant: InferenceTenant, profile: str | None, mps_pct: float, co_runners: int | None = None) -> np.ndarray:
         """Mean batch latency for batch 1..max_batch (index 0 = batch 1), ms: the worst over
-        the co-runners of :meth:`_co_runners`, with the tenant's tuning penalty."""
-        key = (tenant.name, profile, mps_pct)
+        the co-runners of :meth:`_co_runners` (``co_runners``: their count), with the
+        tenant's tuning penalty."""
+        key = (tenant.name, profile, mps_pct, co_runners)
         if key not in self._curves:
             curves = [np.asarray(self.perf.latency_curve_ms(self.gpu.name, tenant.model, tenant.max_batch, profile, mps_pct,
                                                             SharingMode.MPS, co, self._slices(profile))[0], dtype=float)
-                      for co in self._co_runners(tenant, mps_pct)]
+                      for co in self._co_runners(tenant, mps_pct, co_runners)]
             self._curves[key] = np.max(curves, axis=0) * tenant.tuning_latency_factor(mps_pct)
         return self._curves[key]
 
@@ -254,7 +299,20 @@ class Planner:
         """Predicted fraction of requests answered within the SLO at mean rate ``rate_rps``
         by a dynamic batcher forming batches of up to ``max_batch`` (``latency_ms[b - 1]``:
         mean latency of a batch of b, ms), when the per-interval rate varies around its mean
-        with coefficient of variation ``rate_cv`` (0: a steady rate).
+        with coefficient of variation ``rate_cv`` (0: a steady rate): :meth:`on_time_fractions`
+        at one rate."""
+        return float(self.on_time_fractions(tenant, np.array([rate_rps], dtype=float), latency_ms, max_batch, rate_cv)[0])
+
+    def on_time_fractions(self, tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batch: int,
+                          rate_cv: float = 0.0) -> np.ndarray:
+        """:meth:`on_time_fraction` at each mean rate of ``rates_rps``."""
+        return self.on_time_table(tenant, rates_rps, latency_ms, [max_batch], rate_cv)[0]
+
+    def on_time_table(self, tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batches: Sequence[int],
+                      rate_cv: float = 0.0) -> np.ndarray:
+        """:meth:`on_time_fraction` for each largest batch of ``max_batches`` (rows) at each mean
+        rate of ``rates_rps`` (columns), in one vectorised call: the planner's hot loop values
+        every batch level and lookahead window of an option at once.
 
         A varying rate is a lognormal with that mean and CV, read at
         :data:`RATE_QUANTILE_POINTS` quantiles: each quantile's requests are on time as the
@@ -265,17 +323,22 @@ class Planner:
         ``rate_cv`` 0 this is the steady-rate model.
         """
         scv = self.arrival_scv.get(tenant.name, 1.0)
-        if rate_cv <= 0.0 or rate_rps <= 0.0:
-            return float(self.steady_on_time_fractions(tenant, np.array([rate_rps]), latency_ms, max_batch, self.queueing_tail, scv)[0])
+        rates_rps = np.asarray(rates_rps, dtype=float)
+        steady = self.steady_on_time_table(tenant, rates_rps, latency_ms, max_batches, self.queueing_tail, scv)
+        if rate_cv <= 0.0:
+            return steady
         sigma = math.sqrt(math.log1p(rate_cv * rate_cv))
-        quantiles = rate_rps * np.exp(sigma * _QUANTILE_Z - 0.5 * sigma * sigma)
-        on_time = self.steady_on_time_fractions(tenant, quantiles, latency_ms, max_batch, self.queueing_tail, scv)
-        fraction = float(np.sum(quantiles * on_time) / np.sum(quantiles))
-        capacity = max_batch * 1000.0 / float(latency_ms[max_batch - 1])
-        if rate_rps >= capacity:
-            return 0.0
-        excess = float(np.mean(np.maximum(quantiles - capacity, 0.0)))
-        return max(fraction - excess / (capacity - rate_rps), 0.0)
+        quantiles = rates_rps[:, None] * np.exp(sigma * _QUANTILE_Z - 0.5 * sigma * sigma)[None, :]
+        on_time = self.steady_on_time_table(tenant, quantiles.ravel(), latency_ms, max_batches, self.queueing_tail, scv)
+        on_time = on_time.reshape(len(max_batches), *quantiles.shape)
+        levels = np.asarray(max_batches)
+        capacity = (levels * 1000.0 / latency_ms[levels - 1])[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fraction = np.sum(quantiles[None] * on_time, axis=2) / np.sum(quantiles, axis=1)[None, :]
+            excess = np.mean(np.maximum(quantiles[None] - capacity[:, :, None], 0.0), axis=2)
+            varying = np.maximum(fraction - excess / (capacity - rates_rps[None, :]), 0.0)
+        varying = np.where(rates_rps[None, :] >= capacity, 0.0, varying)
+        return np.where(rates_rps[None, :] <= 0.0, steady, varying)  # no arrivals: the steady answer
 
     @staticmethod
     def steady_on_time_fractions(tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batch: int,
@@ -297,21 +360,34 @@ class Planner:
           x arrival_scv / 2 x L(B) / B; a request is late once it waits more than the slack
           SLO - :data:`QUEUE_SLACK_LATENCIES` x L(b).
         """
-        sizes = np.arange(1, max_batch + 1)
-        throughput = sizes * 1000.0 / latency_ms[:max_batch]
+        return Planner.steady_on_time_table(tenant, rates_rps, latency_ms, [max_batch], queueing_tail, arrival_scv)[0]
+
+    @staticmethod
+    def steady_on_time_table(tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batches: Sequence[int],
+                             queueing_tail: bool = False, arrival_scv: float = 1.0) -> np.ndarray:
+        """:meth:`steady_on_time_fractions` for each largest batch of ``max_batches`` (rows) at
+        each rate (columns). The settled batch is the smallest that carries the rate under
+        any largest batch B, so it is found once; B sets whether it is allowed and the tail."""
+        rates_rps = np.asarray(rates_rps, dtype=float)
+        levels = np.asarray(max_batches)
+        sizes = np.arange(1, int(levels.max()) + 1)
+        throughput = sizes * 1000.0 / latency_ms[:sizes[-1]]
         carries = throughput[None, :] >= rates_rps[:, None]
-        latency = latency_ms[np.argmax(carries, axis=1)]
-        fraction = np.clip((tenant.slo_ms - latency) / latency, 0.0, 1.0)
-        rho = rates_rps / float(throughput[-1])
+        settled = np.argmax(carries, axis=1)
+        latency = latency_ms[settled]
+        fraction = np.clip((tenant.slo_ms - latency) / latency, 0.0, 1.0)[None, :]
+        rho = rates_rps[None, :] / throughput[levels - 1][:, None]
         if queueing_tail:
             rho = np.clip(rho, 0.0, 1.0 - 1e-9)
-            mean_wait_ms = rho / (1.0 - rho) * 0.5 * max(arrival_scv, 0.0) * float(latency_ms[max_batch - 1]) / max_batch
-            slack_ms = np.maximum(tenant.slo_ms - QUEUE_SLACK_LATENCIES * latency, 0.0)
+            per_request_ms = (latency_ms[levels - 1] / levels)[:, None]
+            mean_wait_ms = rho / (1.0 - rho) * 0.5 * max(arrival_scv, 0.0) * per_request_ms
+            slack_ms = np.maximum(tenant.slo_ms - QUEUE_SLACK_LATENCIES * latency, 0.0)[None, :]
             fraction = fraction * (1.0 - rho * np.exp(-slack_ms / np.maximum(mean_wait_ms, 1e-12)))
         else:
             fraction = fraction * np.minimum(1.0, (1.0 - rho) / OVERLOAD_MARGIN)
-        fraction[~carries.any(axis=1)] = 0.0
-        fraction[rates_rps <= 0] = 1.0 if latency_ms[0] < tenant.slo_ms else 0.0
+        carried = carries.any(axis=1)[None, :] & (settled[None, :] < levels[:, None])
+        fraction = np.where(carried, fraction, 0.0)
+        fraction[:, rates_rps <= 0] = 1.0 if latency_ms[0] < tenant.slo_ms else 0.0
         return fraction
 
     def _batch_levels(self, tenant: InferenceTenant, profile: str | None, batch: int | None) -> list[int]:
@@ -328,12 +404,9 @@ class Planner:
         ``latency`` (ms, index 0 = batch 1) at the best of ``levels``."""
         best: tuple[float, float, int] | None = None
         window_rates = np.array([r[tenant.name] for r in rates], dtype=float)
-        scv = self.arrival_scv.get(tenant.name, 1.0)
-        for b in levels:
+        table = self.on_time_table(tenant, window_rates, latency, levels, rate_cv)
+        for b, fractions in zip(levels, table, strict=True):
             value = 0.0
-            # Steady rates: every window's fraction in one vectorised call (the planner's hot loop).
-            fractions = (self.steady_on_time_fractions(tenant, window_rates, latency, b, self.queueing_tail, scv) if rate_cv <= 0.0
-                         else [self.on_time_fraction(tenant, float(rate), latency, b, rate_cv) for rate in window_rates])
             for rate, fraction in zip(window_rates, fractions, strict=True):
                 requests = float(rate) * self.interval_s
                 on_time = requests * float(fraction)
@@ -344,13 +417,13 @@ class Planner:
         assert best is not None
         return best[0], best[2]
 
-    def _work_rate(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int) -> float:
+    def _work_rate(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None) -> float:
         """Best effort: full-GPU seconds of progress per second; CL: samples per second
-        (the simulator's formulas; worst co-runner below 100%)."""
-        key = (tenant.name, profile, mps_pct, batch)
+        (the simulator's formulas; worst co-runner below 100%, or ``co_runners`` of them)."""
+        key = (tenant.name, profile, mps_pct, batch, co_runners)
         if key not in self._work:
             rates = []
-            for co in self._co_runners(tenant, mps_pct):
+            for co in self._co_runners(tenant, mps_pct, co_runners):
                 if isinstance(tenant, ContinualLearningJob):
                     step_s = self.perf.train_step_s(self.gpu.name, tenant.model, batch, profile, mps_pct, co)
                     rates.append(batch / step_s if step_s > 0 else 0.0)
@@ -363,10 +436,11 @@ class Planner:
         return self._work[key]
 
     def _background_value(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int,
-                          rates: Sequence[Rates], accuracy: Mapping[str, float], speed: float = 1.0) -> float:
+                          rates: Sequence[Rates], accuracy: Mapping[str, float], speed: float = 1.0,
+                          co_runners: int | None = None) -> float:
         """Value of a best-effort or retraining job over the lookahead; ``speed`` scales its
         work rate (a priority-fill filler runs at the idle fraction the first tenant leaves)."""
-        rate = self._work_rate(tenant, profile, mps_pct, batch) * speed
+        rate = self._work_rate(tenant, profile, mps_pct, batch, co_runners) * speed
         horizon_s = self.interval_s * len(rates)
         if isinstance(tenant, BestEffortJob):
             value = goodput_terms(self.weights, tenant.priority.value, best_effort_progress_s=tenant.work_weight * rate * horizon_s).total
@@ -386,19 +460,22 @@ class Planner:
         return value + SHARE_TIE_BREAK * mps_pct
 
     def option_value(self, tenant: Tenant, profile: str | None, mps_pct: float, rates: Sequence[Rates],
-                     accuracy: Mapping[str, float], batch: int | None = None, rate_cv: Rates | None = None) -> tuple[float, int]:
+                     accuracy: Mapping[str, float], batch: int | None = None, rate_cv: Rates | None = None,
+                     co_runners: int | None = None) -> tuple[float, int]:
         """(predicted Goodput over the lookahead, batch) of running ``tenant`` alone-equivalent
         in a GI of ``profile`` at ``mps_pct``; ``batch`` None picks the best batch level.
 
         :param rate_cv: per inference tenant, the coefficient of variation of its recent
             per-interval arrival rates (:meth:`on_time_fraction`; missing: steady)
+        :param co_runners: how many other tenants share the GI (:meth:`_co_runners`; None:
+            one worst co-runner)
         """
         if isinstance(tenant, InferenceTenant):
-            value, b = self._inference_value(tenant, self.latency_ms(tenant, profile, mps_pct), self._batch_levels(tenant, profile, batch),
+            value, b = self._inference_value(tenant, self.latency_ms(tenant, profile, mps_pct, co_runners), self._batch_levels(tenant, profile, batch),
                                              rates, accuracy.get(tenant.name, tenant.accuracy), (rate_cv or {}).get(tenant.name, 0.0))
             return value + SHARE_TIE_BREAK * mps_pct, b
         b = self._background_batch[tenant.name] if batch is None else batch
-        return self._background_value(tenant, profile, mps_pct, b, rates, accuracy), b
+        return self._background_value(tenant, profile, mps_pct, b, rates, accuracy, co_runners=co_runners), b
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
                      drain: tuple[float, float] | None = None) -> float:
@@ -444,14 +521,14 @@ class Planner:
         late_s = max(backlog - capacity_rps * slack_s, 0.0) / (capacity_rps - rate_rps)
         return rate_rps * min(late_s, max(horizon_s - downtime_s, 0.0))
 
-    def drain(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int) -> tuple[float, float] | None:
+    def drain(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None) -> tuple[float, float] | None:
         """(capacity at ``batch``, requests/s; SLO slack left by a batch of ``batch``, s) of an
         inference option, the backlog model of :meth:`restart_loss`; None for a job, or when
         the planner does not price the backlog (``restart_backlog`` off)."""
         if not isinstance(tenant, InferenceTenant) or not self.restart_backlog:
             return None
         b = min(batch, tenant.max_batch)
-        latency_ms = float(self.latency_ms(tenant, profile, mps_pct)[b - 1])
+        latency_ms = float(self.latency_ms(tenant, profile, mps_pct, co_runners)[b - 1])
         return b * 1000.0 / latency_ms, max(tenant.slo_ms - latency_ms, 0.0) / 1000.0
 
     # ------------------------------------------------------------------ options
@@ -572,13 +649,21 @@ class Planner:
                 continue
             layout = configuration.layouts[p.gpu_index]
             gi = layout.instances[p.instance_index] if len(layout) else None
-            key = (name, gi.profile if gi else None, float(p.mps_pct), p.batch_size)
+            key = (name, gi.profile if gi else None, float(p.mps_pct), p.batch_size, self.sharing(configuration, name))
             if key not in options:
-                options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, p.batch_size, rate_cv)[0]
+                options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, p.batch_size, rate_cv, key[4])[0]
             values[name] = options[key]
         for g, i in sorted(filled):
             values.update(self.priority_fill_values(configuration, g, i, rates, accuracy, rate_cv))
         return values
+
+    def sharing(self, configuration: Configuration, name: str) -> int | None:
+        """How many other tenants share tenant ``name``'s MPS GI in ``configuration`` (the
+        co-runner count it is valued at; None without ``co_runner_count``)."""
+        if not self.co_runner_count:
+            return None
+        p = configuration.placements[name]
+        return len(configuration.tenants_in(p.gpu_index, p.instance_index)) - 1
 
     def priority_fill_values(self, configuration: Configuration, g: int, i: int, rates: Sequence[Rates],
                              accuracy: Mapping[str, float], rate_cv: Rates | None = None) -> dict[str, float]:
@@ -647,6 +732,7 @@ class Planner:
             placements = sorted(set(placements) | {gi for layout in current.layouts for gi in layout.instances})
         options: list[PlanOption] = []
         held_values = self.configuration_values(current, rates, accuracy, rate_cv) if current is not None else {}
+        others = len(gpus_of) - 1 if gpus_of is not None else len(self.scenario.tenants) - 1
         for t in self.scenario.tenants:
             if gpus_of is not None and t.name not in gpus_of:
                 continue
@@ -656,27 +742,28 @@ class Planner:
             for profile in sorted({gi.profile if gi else None for gi in placements}, key=lambda p: (p is None, p or "")):
                 table = []
                 shares = set(self.share_levels) | ({running[2]} if running else set())
-                best = -math.inf
+                best: dict[int | None, float] = {}
                 for share in sorted(shares):
-                    value, batch = self.option_value(t, profile, share, rates, accuracy, rate_cv=rate_cv)
-                    memory = self.memory_gib(t.name, batch)
-                    if memory > self._gi_memory(profile) + 1e-9:
-                        continue
-                    useful = value > best + 2 * SHARE_TIE_BREAK * 100.0 or share == 100.0 or share == self.share_levels[0]
-                    best = max(best, value)
-                    table.append((share, value, batch, memory, useful))
+                    for count in self.co_runner_counts(share, others):
+                        value, batch = self.option_value(t, profile, share, rates, accuracy, rate_cv=rate_cv, co_runners=count)
+                        memory = self.memory_gib(t.name, batch)
+                        if memory > self._gi_memory(profile) + 1e-9:
+                            continue
+                        useful = value > best.get(count, -math.inf) + 2 * SHARE_TIE_BREAK * 100.0 or share == 100.0 or share == self.share_levels[0]
+                        best[count] = max(best.get(count, -math.inf), value)
+                        table.append((share, count, value, batch, memory, useful))
                 for g in allowed:
                     for gi in placements:
                         if (gi.profile if gi else None) != profile:
                             continue
-                        for share, value, batch, memory, useful in table:
+                        for share, count, value, batch, memory, useful in table:
                             keeps = running is not None and running == (g, gi, share)
                             if not (useful or keeps):
                                 continue
                             cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held,
-                                                         self.drain(t, profile, share, batch))
+                                                         self.drain(t, profile, share, batch, count))
                             hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held)
-                            options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost, hurdle))
+                            options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost, hurdle, count))
         return options
 
     # ------------------------------------------------------------------ the MILP
@@ -770,6 +857,15 @@ class Planner:
             milp.add_row([x[j] for j in js] + holders, [options[j].mps_pct / 100.0 for j in js] + [-1.0] * len(holders), upper=1e-9)
             memory = self._gi_memory(gi.profile if gi else None)
             milp.add_row([x[j] for j in js] + holders, [options[j].memory_gib for j in js] + [-memory] * len(holders), upper=1e-9)
+            if self.co_runner_count:
+                # A tenant's option with count k holds its GI to k co-runners: with n tenants
+                # in the GI, n - 1 <= k when the tenant is there (N: tenants that could be).
+                # Row per tenant: sum_GI x + sum_tenant (N - 1 - k) x <= N.
+                tenants = sorted({options[j].tenant for j in js})
+                n = len(tenants)
+                for name in tenants:
+                    milp.add_row([x[j] for j in js], [float(n - (options[j].co_runners or 0)) if options[j].tenant == name else 1.0 for j in js],
+                                 upper=float(n))
         solution = milp.solve(PLANNER_SOLVER_OPTIONS)
         if not solution.feasible:
             # HiGHS presolve has declared feasible planner MILPs infeasible (a running
@@ -827,7 +923,8 @@ class Planner:
                 value += values[t.name]
                 held = held_values.get(t.name)
                 c = self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), values[t.name], windows, self.memory_gib(t.name, p.batch_size),
-                                          held if self.scenario.make_before_break else None, self.drain(t, gi.profile if gi else None, share, p.batch_size), mode)
+                                          held if self.scenario.make_before_break else None,
+                                          self.drain(t, gi.profile if gi else None, share, p.batch_size, self.sharing(configuration, t.name)), mode)
                 cost += c
                 if not self.unchanged(t.name, current, p.gpu_index, gi, float(p.mps_pct), mode):
                     hurdle += self.payback_hurdle(c, held)
