@@ -38,7 +38,7 @@ import numpy as np
 from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.decision import SharingMode
-from rlsched.agents.baselines.planners import forecast_spread, measured_arrival_scv, record_residuals
+from rlsched.agents.baselines.planners import forecast_spread, measured_arrival_dispersion, record_residuals
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.simulator.lookahead import HISTORY_INTERVALS
 from rlsched.solver.planner import Planner
@@ -71,7 +71,7 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
         queued = queue.configuration_values(configuration, window, accuracy, spread)
         _, _, _, truncated, _ = env.step_configuration(configuration)
         record_residuals(residuals, rates, env.backend.observe())
-        queue.arrival_scv = measured_arrival_scv(env.backend.arrival_times_s(), queue.arrival_scv)
+        queue.arrival_dispersion = measured_arrival_dispersion(env.backend.arrival_times_s(), queue.arrival_dispersion)
         result = env.backend.simulator._last
         started_s = env.backend.simulator.time_s - scenario.decision_interval_s
         downtime = {c.tenant: c.downtime_s for c in env.backend.simulator.changes if c.t_s == started_s}

@@ -295,27 +295,34 @@ def test_the_queueing_tail_falls_with_load_and_with_burstier_arrivals(default_en
     capacity = 4 * 1000.0 / latency[3]
     rates = capacity * np.array([0.3, 0.6, 0.8, 0.9, 0.95, 0.99])
     poisson = planner.steady_on_time_fractions(resnet, rates, latency, 4, queueing_tail=True)
-    bursty = planner.steady_on_time_fractions(resnet, rates, latency, 4, queueing_tail=True, arrival_scv=4.0)
+    bursty = planner.steady_on_time_fractions(resnet, rates, latency, 4, queueing_tail=True, arrival_dispersion=4.0)
     assert np.all(np.diff(poisson) <= 1e-12) and poisson[0] > 0.99 and poisson[-1] < 0.2
     assert np.all(bursty <= poisson + 1e-12) and bursty[3] < poisson[3] - 0.1
     # Above the largest batch's throughput nothing is on time, whichever model.
     assert planner.steady_on_time_fractions(resnet, np.array([1.01 * capacity]), latency, 4, queueing_tail=True)[0] == 0.0
 
 
-def test_measured_arrival_variability():
+def test_measured_arrival_dispersion():
     import numpy as np
 
-    from rlsched.agents.baselines.planners import measured_arrival_scv
+    from rlsched.agents.baselines.planners import measured_arrival_dispersion
 
     rng = np.random.default_rng(0)
-    poisson = np.cumsum(rng.exponential(0.01, 2000))
+    poisson = np.sort(rng.uniform(0.0, 10.0, 2000))
     regular = np.arange(0.0, 10.0, 0.01)
-    scv = measured_arrival_scv({"a": poisson, "b": regular, "c": regular[:10]}, {"c": 3.0})
-    assert scv["a"] == pytest.approx(1.0, abs=0.1) and scv["b"] == pytest.approx(0.0, abs=1e-6)
-    assert scv["c"] == 3.0  # too few arrivals to measure: kept
-    assert measured_arrival_scv(None, {"a": 2.0}) == {"a": 2.0}  # no request log
+    # Clusters finer than a bin look regular: 50 requests at once every 0.25 s put 100 in every bin...
+    clustered = np.repeat(np.arange(0.0, 10.0, 0.25), 50)
+    # ...while 150 requests within 0.15 s every 1.5 s leave most bins empty.
+    bunched = np.repeat(np.arange(0.0, 10.0, 1.5), 150) + np.tile(np.arange(150) * 1e-3, 7)
+    d = measured_arrival_dispersion({"a": poisson, "b": regular, "c": regular[:10], "d": bunched}, {"c": 3.0})
+    assert d["a"] == pytest.approx(1.0, abs=0.3) and d["b"] == pytest.approx(0.0, abs=0.05)
+    assert d["c"] == 3.0  # too few arrivals to measure: kept
+    assert d["d"] > 50.0
+    assert measured_arrival_dispersion({"e": clustered}, {})["e"] == pytest.approx(0.0, abs=1e-9)  # 100 per bin, every bin
+    assert measured_arrival_dispersion(None, {"a": 2.0}) == {"a": 2.0}  # no request log
     # Smoothed over intervals.
-    assert measured_arrival_scv({"a": regular}, {"a": 2.0})["a"] == pytest.approx(1.0, abs=1e-6)
+    assert measured_arrival_dispersion({"a": regular}, {"a": 2.0})["a"] == pytest.approx(1.0, abs=0.05)
+
 
 
 def test_migrator_queue_serves_a_burst_in_priority_fill_where_migrator_ilp_gives_the_service_up(default_env):
@@ -333,3 +340,39 @@ def test_migrator_queue_serves_a_burst_in_priority_fill_where_migrator_ilp_gives
     assert chosen.value / 3 == pytest.approx(36_261, rel=0.05)
     # The linear model values that layout below zero, so migrator-ilp never weighs it.
     assert linear.evaluate(chosen.configuration, [rates])[0] < 0.0
+
+
+def test_a_share_is_valued_against_as_many_co_runners_as_its_gi_holds():
+    # heldout-out-of-phase: vit with 25% of the H100's 7g beside bert and resnet at their largest
+    # batch serves what the performance model gives with both co-runners (the simulator's
+    # curve), about 12% less than against one co-runner holding the rest of the GI.
+    from rlsched.perfmodel import CoRunner, SharingMode
+
+    env = GpuShareEnv("configs/scenarios/suite/heldout-out-of-phase.yaml")
+    env.reset(seed=0)
+    planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
+    vit = env.scenario.tenant("vit")
+    capacity = {k: 32_000.0 / planner.latency_ms(vit, "7g.80gb", 25.0, k)[31] for k in (None, 0, 1, 2)}
+    both = env.backend.perf_model.latency_curve_ms(env.scenario.gpu, "vit", 32, "7g.80gb", 25.0, SharingMode.MPS,
+                                                   (CoRunner("resnet50", 32, 12.5), CoRunner("bert-base", 32, 62.5)), 7)[0]
+    assert capacity[2] == pytest.approx(32_000.0 / both[31], rel=0.03)
+    assert capacity[2] < 0.92 * capacity[None] and capacity[2] < capacity[1] < capacity[0]
+    assert planner.co_runner_counts(25.0, 2) == [1, 2] and planner.co_runner_counts(100.0, 2) == [0]
+    assert planner.co_runner_counts(87.5, 7) == [1]
+
+
+def test_the_milp_values_each_tenant_at_its_gis_real_co_runner_count():
+    # The MILP's objective equals the value of its answer with every tenant priced at the
+    # co-runners its GI really holds: a column never claims fewer co-runners than it gets
+    # (without the rows that hold a GI to its columns' counts, a 7g shared by three would be
+    # valued as if each tenant had one co-runner).
+    env = GpuShareEnv("configs/scenarios/suite/heldout-out-of-phase.yaml")
+    env.reset(seed=0)
+    planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
+    most_shared = 0
+    for rates in ({"resnet": 150.0, "bert": 900.0, "vit": 320.0}, {"resnet": 600.0, "bert": 1800.0, "vit": 240.0}, {"resnet": 800.0, "bert": 0.0, "vit": 500.0}):
+        plan = planner.plan([rates] * 3)
+        values = planner.configuration_values(plan.configuration, [rates] * 3, {})
+        assert plan.value == pytest.approx(sum(values.values()), rel=1e-9, abs=1e-6)
+        most_shared = max(most_shared, *(planner.sharing(plan.configuration, name) for name in plan.configuration.placements))
+    assert most_shared == 2  # some answer shares one GI among all three

@@ -225,10 +225,10 @@ class Planner:
         self._curves: dict[tuple, np.ndarray] = {}
         self._pressing_order: dict[str, list[Tenant]] | None = None
         self._work: dict[tuple, float] = {}
-        #: Per inference tenant, the squared coefficient of variation of its inter-arrival
-        #: times as its request log measures it, for the queueing tail (set by the policy;
-        #: a tenant not in it is valued as Poisson).
-        self.arrival_scv: dict[str, float] = {}
+        #: Per inference tenant, the variability of its arrivals as its request log measures
+        #: it (the index of dispersion of counts; 1 for Poisson), for the queueing tail (set
+        #: by the policy; a tenant not in it is valued as Poisson).
+        self.arrival_dispersion: dict[str, float] = {}
         reference = scenario.reference
         self._background_batch = {
             t.name: (reference.placements[t.name].batch_size if reference and t.name in reference.placements else CO_RUNNER_BATCH)
@@ -322,14 +322,14 @@ class Planner:
         the requests arriving meanwhile are late (fluid: excess / spare of them). With
         ``rate_cv`` 0 this is the steady-rate model.
         """
-        scv = self.arrival_scv.get(tenant.name, 1.0)
+        dispersion = self.arrival_dispersion.get(tenant.name, 1.0)
         rates_rps = np.asarray(rates_rps, dtype=float)
-        steady = self.steady_on_time_table(tenant, rates_rps, latency_ms, max_batches, self.queueing_tail, scv)
+        steady = self.steady_on_time_table(tenant, rates_rps, latency_ms, max_batches, self.queueing_tail, dispersion)
         if rate_cv <= 0.0:
             return steady
         sigma = math.sqrt(math.log1p(rate_cv * rate_cv))
         quantiles = rates_rps[:, None] * np.exp(sigma * _QUANTILE_Z - 0.5 * sigma * sigma)[None, :]
-        on_time = self.steady_on_time_table(tenant, quantiles.ravel(), latency_ms, max_batches, self.queueing_tail, scv)
+        on_time = self.steady_on_time_table(tenant, quantiles.ravel(), latency_ms, max_batches, self.queueing_tail, dispersion)
         on_time = on_time.reshape(len(max_batches), *quantiles.shape)
         levels = np.asarray(max_batches)
         capacity = (levels * 1000.0 / latency_ms[levels - 1])[:, None]
@@ -342,9 +342,9 @@ class Planner:
 
     @staticmethod
     def steady_on_time_fractions(tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batch: int,
-                                 queueing_tail: bool = False, arrival_scv: float = 1.0) -> np.ndarray:
+                                 queueing_tail: bool = False, arrival_dispersion: float = 1.0) -> np.ndarray:
         """:meth:`on_time_fraction` at steady rates (arrivals at each of ``rates_rps``; their
-        inter-arrival times' squared coefficient of variation ``arrival_scv``, 1 for Poisson,
+        variability ``arrival_dispersion``, the index of dispersion of counts, 1 for Poisson,
         matters to the queueing tail only).
 
         Fluid approximation of dynamic batching: the batch settles at the smallest size b
@@ -357,14 +357,16 @@ class Planner:
         - with ``queueing_tail``, requests queue as the heavy-traffic (Kingman) approximation
           says for a server taking L(B) / B per request (B the largest batch) at utilization
           rho: a queueing delay above w with probability rho exp(-w / W), W = rho / (1 - rho)
-          x arrival_scv / 2 x L(B) / B; a request is late once it waits more than the slack
+          x arrival_dispersion / 2 x L(B) / B (the dispersion stands in for Kingman's squared
+          coefficient of variation of inter-arrival times, which it equals for renewal
+          arrivals and exceeds for clustered ones); a request is late once it waits more than the slack
           SLO - :data:`QUEUE_SLACK_LATENCIES` x L(b).
         """
-        return Planner.steady_on_time_table(tenant, rates_rps, latency_ms, [max_batch], queueing_tail, arrival_scv)[0]
+        return Planner.steady_on_time_table(tenant, rates_rps, latency_ms, [max_batch], queueing_tail, arrival_dispersion)[0]
 
     @staticmethod
     def steady_on_time_table(tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batches: Sequence[int],
-                             queueing_tail: bool = False, arrival_scv: float = 1.0) -> np.ndarray:
+                             queueing_tail: bool = False, arrival_dispersion: float = 1.0) -> np.ndarray:
         """:meth:`steady_on_time_fractions` for each largest batch of ``max_batches`` (rows) at
         each rate (columns). The settled batch is the smallest that carries the rate under
         any largest batch B, so it is found once; B sets whether it is allowed and the tail."""
@@ -380,7 +382,7 @@ class Planner:
         if queueing_tail:
             rho = np.clip(rho, 0.0, 1.0 - 1e-9)
             per_request_ms = (latency_ms[levels - 1] / levels)[:, None]
-            mean_wait_ms = rho / (1.0 - rho) * 0.5 * max(arrival_scv, 0.0) * per_request_ms
+            mean_wait_ms = rho / (1.0 - rho) * 0.5 * max(arrival_dispersion, 0.0) * per_request_ms
             slack_ms = np.maximum(tenant.slo_ms - QUEUE_SLACK_LATENCIES * latency, 0.0)[None, :]
             fraction = fraction * (1.0 - rho * np.exp(-slack_ms / np.maximum(mean_wait_ms, 1e-12)))
         else:
