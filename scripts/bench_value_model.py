@@ -16,8 +16,8 @@ then charges the tenant (the downtime model itself is not what is measured). Two
   (:func:`rlsched.agents.baselines.planners.forecast_spread`) and the backlog a restart
   leaves drained at the option's capacity (:meth:`Planner.restart_loss`);
 - ``queue``: ``burst-aware`` with the queueing tail near capacity instead of the linear
-  overload loss, and each tenant's measured inter-arrival variability (``migrator-queue``'s
-  valuation).
+  overload loss, each tenant's measured arrival dispersion, and an MPS share valued against
+  as many co-runners as its GI holds (``migrator-queue``'s valuation).
 
 Prints, per model, the relative mean absolute error (sum |predicted - simulated| / sum
 |simulated| over tenant-intervals), the bias (sum (predicted - simulated) / sum
@@ -53,7 +53,7 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
     env = GpuShareEnv(scenario)
     env.reset(seed=seed)
     planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib)
-    queue = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True)
+    queue = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
     means = {t.name: t.arrivals.mean_rate_rps() for t in scenario.inference_tenants()}
     reference = scenario.reference or planner.plan(means).configuration
     others = [c for c in layout_candidates(env) if c.layouts != reference.layouts and SharingMode.PRIORITY_FILL not in c.modes[0]]
