@@ -131,11 +131,11 @@ class MigratorQueue(MigratorIlp):
       on ``default`` where the linear loss valued them at -2,057 against +36,261 measured.
 
     Measured against ``migrator-ilp`` (seed 0 unless stated): far better on `default` with real
-    bursty or day/night traffic on resnet (DeepSeek-R1 c30 +50%, c35 +21%, m-small +14%,
-    m-large +7.5%; DeepSeek c48 and mm-image c6 and c32, where ``migrator-ilp`` earns below zero,
-    0.85x-0.98x the best fixed layout's Goodput), and on ``default`` seeds 0-2 +0.5%, with fewer
-    reconfigurations; worse on the suites (held-out 0.97x, train-bursty-high 0.89x with
-    high-priority SLO 0.59, train-retrain 0.90x). Not the default planner.
+    bursty or day/night traffic on resnet (DeepSeek-R1 c30 +50%, c35 +28%, m-small +12%,
+    m-large +10%; DeepSeek c48 and mm-image c6 and c32, where ``migrator-ilp`` earns below zero,
+    0.76x-0.99x the best fixed layout's Goodput); on ``default`` seeds 0-2 +1.0%; on the held-out
+    suite 1.007x (seeds 0-1), but on the training suite 0.983x (train-retrain 0.92x,
+    train-bursty-high 0.93x) and on heldout-out-of-phase 0.91x. Not the default planner.
 
     Departs from MIGRator as :class:`MigratorIlp` does, except that priority fill is chosen
     (as whole candidate layouts).
