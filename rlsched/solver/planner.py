@@ -223,7 +223,6 @@ class Planner:
         else:
             self.layouts = [Layout(self.gpu.name, ())]
         self._curves: dict[tuple, np.ndarray] = {}
-        self._pressing_order: dict[str, list[Tenant]] | None = None
         self._work: dict[tuple, float] = {}
         #: Per inference tenant, the variability of its arrivals as its request log measures
         #: it (the index of dispersion of counts; 1 for Poisson), for the queueing tail (set
@@ -234,6 +233,8 @@ class Planner:
             t.name: (reference.placements[t.name].batch_size if reference and t.name in reference.placements else CO_RUNNER_BATCH)
             for t in scenario.tenants if not isinstance(t, InferenceTenant)
         }
+        #: Per tenant, the co-runners ``co_runner_count`` values its shares against, hardest first.
+        self._pressing = self._pressing_order() if co_runner_count else {}
 
     # ------------------------------------------------------------------ value table
     def _slices(self, profile: str | None) -> int | None:
@@ -253,24 +254,22 @@ class Planner:
         if count is None:
             models = sorted({t.model for t in self.scenario.tenants if t.name != tenant.name})
             return [(CoRunner(m, CO_RUNNER_BATCH, 100.0 - mps_pct),) for m in models] or [()]
-        worst = self._pressing()[tenant.name][:count]
+        worst = self._pressing[tenant.name][:count]
         return [tuple(CoRunner(t.model, self._full_batch(t), (100.0 - mps_pct) / len(worst)) for t in worst)]
 
     def _full_batch(self, tenant: Tenant) -> int:
         """The batch a tenant runs at full load: a service's largest, a job's own."""
         return tenant.max_batch if isinstance(tenant, InferenceTenant) else self._background_batch[tenant.name]
 
-    def _pressing(self) -> dict[str, list[Tenant]]:
+    def _pressing_order(self) -> dict[str, list[Tenant]]:
         """Per tenant, the other tenants from the hardest-pressing co-runner to the lightest
-        (:meth:`_co_runners`)."""
-        if self._pressing_order is None:
-            def pressure(t: Tenant) -> float:
-                if not isinstance(t, InferenceTenant):
-                    return math.inf
-                return self.perf.l2_pressure(self.gpu.name, t.model, t.max_batch, None, self.share_levels[0])
-            ranked = sorted(self.scenario.tenants, key=pressure, reverse=True)
-            self._pressing_order = {t.name: [o for o in ranked if o.name != t.name] for t in self.scenario.tenants}
-        return self._pressing_order
+        (:meth:`_co_runners`): jobs (always busy) first, then services by L2 pressure."""
+        def pressure(t: Tenant) -> float:
+            if not isinstance(t, InferenceTenant):
+                return math.inf
+            return self.perf.l2_pressure(self.gpu.name, t.model, t.max_batch, None, self.share_levels[0])
+        ranked = sorted(self.scenario.tenants, key=pressure, reverse=True)
+        return {t.name: [o for o in ranked if o.name != t.name] for t in self.scenario.tenants}
 
     def co_runner_counts(self, mps_pct: float, others: int) -> list[int | None]:
         """The co-runner counts an option at ``mps_pct`` is valued at, with ``others`` other
@@ -301,12 +300,7 @@ class Planner:
         mean latency of a batch of b, ms), when the per-interval rate varies around its mean
         with coefficient of variation ``rate_cv`` (0: a steady rate): :meth:`on_time_fractions`
         at one rate."""
-        return float(self.on_time_fractions(tenant, np.array([rate_rps], dtype=float), latency_ms, max_batch, rate_cv)[0])
-
-    def on_time_fractions(self, tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batch: int,
-                          rate_cv: float = 0.0) -> np.ndarray:
-        """:meth:`on_time_fraction` at each mean rate of ``rates_rps``."""
-        return self.on_time_table(tenant, rates_rps, latency_ms, [max_batch], rate_cv)[0]
+        return float(self.on_time_table(tenant, np.array([rate_rps], dtype=float), latency_ms, [max_batch], rate_cv)[0, 0])
 
     def on_time_table(self, tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batches: Sequence[int],
                       rate_cv: float = 0.0) -> np.ndarray:
@@ -324,9 +318,8 @@ class Planner:
         """
         dispersion = self.arrival_dispersion.get(tenant.name, 1.0)
         rates_rps = np.asarray(rates_rps, dtype=float)
-        steady = self.steady_on_time_table(tenant, rates_rps, latency_ms, max_batches, self.queueing_tail, dispersion)
         if rate_cv <= 0.0:
-            return steady
+            return self.steady_on_time_table(tenant, rates_rps, latency_ms, max_batches, self.queueing_tail, dispersion)
         sigma = math.sqrt(math.log1p(rate_cv * rate_cv))
         quantiles = rates_rps[:, None] * np.exp(sigma * _QUANTILE_Z - 0.5 * sigma * sigma)[None, :]
         on_time = self.steady_on_time_table(tenant, quantiles.ravel(), latency_ms, max_batches, self.queueing_tail, dispersion)
@@ -338,7 +331,10 @@ class Planner:
             excess = np.mean(np.maximum(quantiles[None] - capacity[:, :, None], 0.0), axis=2)
             varying = np.maximum(fraction - excess / (capacity - rates_rps[None, :]), 0.0)
         varying = np.where(rates_rps[None, :] >= capacity, 0.0, varying)
-        return np.where(rates_rps[None, :] <= 0.0, steady, varying)  # no arrivals: the steady answer
+        idle = rates_rps <= 0.0
+        if idle.any():  # no arrivals: the steady answer
+            varying[:, idle] = self.steady_on_time_table(tenant, rates_rps[idle], latency_ms, max_batches, self.queueing_tail, dispersion)
+        return varying
 
     @staticmethod
     def steady_on_time_fractions(tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batch: int,
