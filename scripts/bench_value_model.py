@@ -15,9 +15,10 @@ then charges the tenant (the downtime model itself is not what is measured). Two
 - ``burst-aware``: the spread of the recent forecast errors
   (:func:`rlsched.agents.baselines.planners.forecast_spread`) and the backlog a restart
   leaves drained at the option's capacity (:meth:`Planner.restart_loss`);
-- ``queue``: ``burst-aware`` with the queueing tail near capacity instead of the linear
-  overload loss, each tenant's measured arrival dispersion, and an MPS share valued against
-  as many co-runners as its GI holds (``migrator-queue``'s valuation).
+- ``queue``: ``migrator-queue``'s valuation (:func:`~rlsched.agents.baselines.planners.queue_planner`):
+  the forecast spread as ``burst-aware``, the queueing tail near capacity instead of the
+  linear overload loss, each tenant's measured arrival dispersion, and an MPS share valued
+  against as many co-runners as its GI holds; a restart priced as its planner prices it.
 
 Prints, per model, the relative mean absolute error (sum |predicted - simulated| / sum
 |simulated| over tenant-intervals), the bias (sum (predicted - simulated) / sum
@@ -38,7 +39,7 @@ import numpy as np
 from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.decision import SharingMode
-from rlsched.agents.baselines.planners import forecast_spread, measured_arrival_dispersion, record_residuals
+from rlsched.agents.baselines.planners import forecast_spread, measured_arrival_dispersion, queue_planner, record_residuals
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.simulator.lookahead import HISTORY_INTERVALS
 from rlsched.solver.planner import Planner
@@ -52,8 +53,8 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
         scenario = dataclasses.replace(scenario, duration_s=duration_s)
     env = GpuShareEnv(scenario)
     env.reset(seed=seed)
-    planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib)
-    queue = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
+    planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, restart_backlog=True)
+    queue = queue_planner(env)
     means = {t.name: t.arrivals.mean_rate_rps() for t in scenario.inference_tenants()}
     reference = scenario.reference or planner.plan(means).configuration
     others = [c for c in layout_candidates(env) if c.layouts != reference.layouts and SharingMode.PRIORITY_FILL not in c.modes[0]]
@@ -84,10 +85,13 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
             layout = configuration.layouts[p.gpu_index]
             profile = layout.instances[p.instance_index].profile if len(layout) else None
             down = downtime.get(t.name, 0.0)
-            backlog_drain = planner.drain(t, profile, float(p.mps_pct), p.batch_size)
-            for model, value, drain in (("steady", steady[t.name], None), ("burst-aware", bursty[t.name], backlog_drain),
-                                        ("queue", queued[t.name], backlog_drain)):
-                loss = planner.restart_loss(t, down, value, window, drain) if down > 0 else 0.0
+            # Each model prices a restart as its planner does: steady without the backlog it
+            # leaves, burst-aware with it, queue as migrator-queue's planner is configured.
+            for model, value, pricing, drain in (
+                    ("steady", steady[t.name], planner, None),
+                    ("burst-aware", bursty[t.name], planner, planner.drain(t, profile, float(p.mps_pct), p.batch_size)),
+                    ("queue", queued[t.name], queue, queue.drain(t, profile, float(p.mps_pct), p.batch_size))):
+                loss = pricing.restart_loss(t, down, value, window, drain) if down > 0 else 0.0
                 rows.append((model, value - loss, simulated, down > 0))
         step += 1
     out: dict[str, dict[str, float]] = {}

@@ -376,3 +376,93 @@ def test_the_milp_values_each_tenant_at_its_gis_real_co_runner_count():
         assert plan.value == pytest.approx(sum(values.values()), rel=1e-9, abs=1e-6)
         most_shared = max(most_shared, *(planner.sharing(plan.configuration, name) for name in plan.configuration.placements))
     assert most_shared == 2  # some answer shares one GI among all three
+
+
+def test_replayed_busy_fraction_follows_the_batcher():
+    import numpy as np
+
+    from rlsched.simulator.queueing import replay_busy_fraction
+
+    latency_ms = np.linspace(2.0, 12.0, 32)  # batch 1: 2 ms ... batch 32: 12 ms
+    # Bunches of 32 simultaneous requests every 50 ms: one full batch each, busy 12 / 50.
+    bunched = np.repeat(np.arange(0.0, 10.0, 0.05), 32)
+    assert replay_busy_fraction(bunched, 640.0, latency_ms, 32, 2.0) == pytest.approx(12.0 / 50.0, rel=0.02)
+    # The same pattern asked at half the rate is stretched: half as busy.
+    assert replay_busy_fraction(bunched, 320.0, latency_ms, 32, 2.0) == pytest.approx(6.0 / 50.0, rel=0.02)
+    # Requests 10 ms apart are served one by one (2 ms each, after the 2-ms timeout).
+    spaced = np.arange(0.0, 10.0, 0.01)
+    assert replay_busy_fraction(spaced, 100.0, latency_ms, 32, 2.0) == pytest.approx(0.2, rel=0.02)
+    # Poisson at the bunched pattern's rate keeps the server far busier than the bunches do.
+    poisson = np.sort(np.random.default_rng(0).uniform(0.0, 10.0, 6400))
+    assert replay_busy_fraction(poisson, 640.0, latency_ms, 32, 2.0) > 0.5
+    assert replay_busy_fraction(poisson[:1], 640.0, latency_ms, 32, 2.0) == 0.0
+
+
+def test_a_priority_fill_instance_is_valued_with_the_idle_time_its_first_tenant_leaves():
+    # default with resnet replaying the DeepSeek-R1 c35 trace (clustered arrivals) in the
+    # priority-fill 7g: the previous interval's log, replayed at this interval's rate,
+    # predicts the busy fraction the simulator measures; the fluid batcher does not.
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import priority_fill_candidates
+    from rlsched.decision import SharingMode
+    from rlsched.simulator.queueing import replay_busy_fraction
+    from rlsched.workloads.scenario import load_scenario, with_trace_overrides
+
+    scenario = with_trace_overrides(load_scenario("default"), ["resnet=configs/traces/servegen_deepseek_r1_client35.csv:109:24"])
+    env = GpuShareEnv(scenario)
+    env.reset(seed=0)
+    planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True)
+    config = next(c for c in priority_fill_candidates(env) if len(c.layouts[0]) == 1)
+    resnet = env.scenario.tenant("resnet")
+    profile = config.layouts[0].instances[0].profile
+    curve = np.asarray(planner.perf.latency_curve_ms(planner.gpu.name, resnet.model, resnet.max_batch, profile, 100.0,
+                                                     SharingMode.PRIORITY_FILL, (), planner._slices(profile), high_priority=True)[0])
+    throughput = np.arange(1, 33) * 1000.0 / curve
+    replayed, fluid, previous = [], [], None
+    for _ in range(240):
+        env.step_configuration(config)
+        measured = env.backend.simulator._last["resnet"].utilization
+        log = env.backend.arrival_times_s()["resnet"]
+        rate = len(log) / env.scenario.decision_interval_s
+        carries = np.nonzero(throughput >= rate)[0]
+        fluid.append(abs((rate / throughput[carries[0]] if carries.size else 1.0) - measured))
+        if previous is not None and len(previous) > 1:
+            replayed.append(abs(replay_busy_fraction(previous, rate, curve, 32, resnet.batch_timeout_ms) - measured))
+        previous = log
+    assert np.mean(replayed) < 0.05 and np.mean(fluid) > 0.08
+    # The planner uses the log when it has one: the fillers get the idle time it leaves.
+    rates = [{"resnet": 600.0, "vgg": 250.0, "bert": 500.0, "alexnet": 400.0}]
+    without = planner.priority_fill_values(config, 0, 0, rates, {})
+    planner.arrival_log = {"resnet": np.repeat(np.arange(0.0, 10.0, 0.16), 96)}  # 600 req/s in bunches of 96
+    with_log = planner.priority_fill_values(config, 0, 0, rates, {})
+    assert with_log["resnet"] == without["resnet"]
+    assert with_log["vgg"] > without["vgg"] + 1000 and with_log["bert"] > without["bert"] + 1000
+    assert with_log["alexnet"] >= without["alexnet"]
+
+
+def test_priority_fill_moves_restart_only_the_tenant_that_moves():
+    from rlsched.agents.baselines.planners import priority_fill_candidates, priority_fill_moves
+    from rlsched.decision import SharingMode
+    from rlsched.hardware import load_gpu
+
+    env = GpuShareEnv("configs/scenarios/suite/train-retrain.yaml")
+    env.reset(seed=0)
+    planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True)
+    running = next(c for c in priority_fill_candidates(env) if len(c.layouts[0]) == 2)  # 4g + 3g, both priority fill
+    moves = priority_fill_moves(running, env.backend.memory_gib)
+    assert len(moves) == len(running.placements)  # each tenant into the other GI
+    profiles = load_gpu(env.scenario.gpu).profiles
+    rates = [{"resnet": 200.0, "bert": 40.0}] * 6  # light: every option is worth a restart
+    for move in moves:
+        moved = [n for n in running.placements if move.placements[n].instance_index != running.placements[n].instance_index]
+        assert len(moved) == 1 and move.layouts == running.layouts and move.modes == running.modes
+        for i, gi in enumerate(move.layouts[0].instances):
+            members = move.tenants_in(0, i)
+            assert len({move.placements[n].mps_pct for n in members}) <= 1
+            assert sum(env.backend.memory_gib(n, move.placements[n].batch_size) for n in members) <= profiles[gi.profile].memory_gib
+        # Only the moved tenant restarts: a priority-fill share is nominal.
+        kept = [n for n, p in move.placements.items()
+                if planner.unchanged(n, running, 0, move.layouts[0].instances[p.instance_index], float(p.mps_pct), SharingMode.PRIORITY_FILL)]
+        assert sorted(kept + moved) == sorted(running.placements) and moved[0] not in kept
+        assert planner.assess(move, rates, running)[1] > 0.0 == planner.assess(running, rates, running)[1]

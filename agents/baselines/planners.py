@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from rlsched.agents.baselines.base import CapacityModel, Policy, arrival_rates_rps, observed_load, sized_requests
+from rlsched.agents.baselines.base import CapacityModel, Policy, arrival_rates_rps, equal_shares, observed_load, sized_requests
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.decision import Configuration, SharingMode
+from rlsched.hardware import load_gpu
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.simulator.lookahead import HISTORY_INTERVALS, MIN_HISTORY_INTERVALS, ReconfigurationCheck
 from rlsched.solver import TenantRequest
@@ -117,11 +119,18 @@ class MigratorIlp(Policy):
         plans from the smoothed rates alone)."""
 
 
+def queue_planner(env: GpuShareEnv) -> Planner:
+    """The planner :class:`MigratorQueue` decides with (also what ``scripts/bench_value_model.py``
+    measures as its ``queue`` model)."""
+    return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True,
+                   payback_margin=True)
+
+
 class MigratorQueue(MigratorIlp):
     """``migrator-ilp`` with a value model that is right near capacity (opt-in; measurements in
     docs/planner-bursts.md).
 
-    Three differences from :class:`MigratorIlp`:
+    What differs from :class:`MigratorIlp`:
 
     - the on-time fraction near the largest batch's throughput follows a queueing tail fitted
       to the request-level simulator (the planner's ``queueing_tail``), not the linear
@@ -137,7 +146,11 @@ class MigratorQueue(MigratorIlp):
       makes a change only if it pays back with the planner's margin (``payback_margin``);
     - it weighs the priority-fill layouts of the hindsight portfolio beside the MILP's answer
       (:func:`priority_fill_candidates`), which the tail values to within 0.1% at 2,000 req/s
-      on ``default`` where the linear loss valued them at -2,057 against +36,261 measured.
+      on ``default`` where the linear loss valued them at -2,057 against +36,261 measured;
+    - the idle time a priority-fill instance leaves its fillers is found by replaying its
+      first tenant's last request log at the forecast rate (the planner's ``arrival_log``):
+      the fluid batcher, busy nearly all the time, had valued the fillers of the best fixed
+      layout on DeepSeek-R1 c35 far below what they serve, and the planner left it 20 times.
 
     Measured against ``migrator-ilp`` (seed 0 unless stated): far better on `default` with real
     bursty or day/night traffic on resnet (DeepSeek-R1 c30 +46%, c35 +21%, m-small +10%,
@@ -154,8 +167,7 @@ class MigratorQueue(MigratorIlp):
     name = "migrator-queue"
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True,
-                               payback_margin=True)
+        self.planner = queue_planner(env)
         self.last_plan: Plan | None = None
         self.candidates = priority_fill_candidates(env)
         self.residuals: dict[str, deque[float]] = {t.name: deque(maxlen=HISTORY_INTERVALS) for t in env.scenario.inference_tenants()}
@@ -170,16 +182,20 @@ class MigratorQueue(MigratorIlp):
     def _take_in(self, env: GpuShareEnv, rates: dict[str, float]) -> None:
         record_residuals(self.residuals, self.forecast_rps, env.backend.observe())
         self.forecast_rps = dict(rates)
-        self.planner.arrival_dispersion = measured_arrival_dispersion(env.backend.arrival_times_s(), self.planner.arrival_dispersion)
+        logged = env.backend.arrival_times_s()
+        self.planner.arrival_dispersion = measured_arrival_dispersion(logged, self.planner.arrival_dispersion)
+        self.planner.arrival_log.update(logged or {})
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         rates, backlog, accuracy = observed_load(env)
         self._take_in(env, rates)
         windows = self.planner.forecast([rates] * QUEUE_LOOKAHEAD, backlog)
         current = env.current
-        # The MILP cannot express (hence keep) a priority-fill layout: the running one is a candidate too.
-        keep = [current] if current is not None and uses_priority_fill(current) and current not in self.candidates else []
-        self.last_plan = self.planner.plan(windows, current, accuracy, forecast_spread(self.residuals), candidates=self.candidates + keep)
+        # The MILP cannot express (hence keep or adjust) a priority-fill layout: the running one
+        # is a candidate too, and so is each move of one tenant into another priority-fill GI.
+        adjust = [current, *priority_fill_moves(current, self.planner.memory_gib)] if current is not None and uses_priority_fill(current) else []
+        self.last_plan = self.planner.plan(windows, current, accuracy, forecast_spread(self.residuals),
+                                           candidates=self.candidates + [c for c in adjust if c not in self.candidates])
         return self.last_plan.configuration
 
 
@@ -333,6 +349,38 @@ def priority_fill_candidates(env: GpuShareEnv) -> list[Configuration]:
     tenants in the largest GIs: :func:`~rlsched.agents.baselines.hindsight.layout_candidates`),
     which the MILP cannot express and a planner weighs beside its answer."""
     return [c for c in layout_candidates(env) if uses_priority_fill(c)]
+
+
+def priority_fill_moves(configuration: Configuration, memory_gib: Callable[[str, int], float]) -> list[Configuration]:
+    """``configuration`` with one tenant moved into another priority-fill GI of its GPU, for
+    every tenant and such GI its memory fits (``memory_gib``: tenant name, batch -> GiB);
+    the members of a priority-fill GI keep equal nominal shares.
+
+    A planner running a priority-fill layout weighs these beside the MILP's answer and the
+    whole-layout candidates: they restart one tenant where those restart every tenant whose
+    GI or mode changes. train-retrain: a retraining job that wakes as the filler of a GI its
+    service keeps busy trains at 51 samples per interval there; moved beside the idle bert it
+    trains at 800, where leaving the layout meant restarting resnet at 1,000 req/s."""
+    moves = []
+    for name, p in configuration.placements.items():
+        g = p.gpu_index
+        for i, mode in enumerate(configuration.modes[g]):
+            if i == p.instance_index or mode != SharingMode.PRIORITY_FILL:
+                continue
+            profile = configuration.layouts[g].instances[i].profile
+            members = [*configuration.tenants_in(g, i), name]
+            needed_gib = sum(memory_gib(n, configuration.placements[n].batch_size) for n in members)
+            if needed_gib > load_gpu(configuration.layouts[g].gpu).profiles[profile].memory_gib + 1e-9:
+                continue
+            placements = dict(configuration.placements)
+            for n in members:
+                placements[n] = dataclasses.replace(placements[n], instance_index=i, mps_pct=equal_shares(len(members)))
+            if configuration.modes[g][p.instance_index] == SharingMode.PRIORITY_FILL:
+                left = [n for n in configuration.tenants_in(g, p.instance_index) if n != name]
+                for n in left:
+                    placements[n] = dataclasses.replace(placements[n], mps_pct=equal_shares(len(left)))
+            moves.append(Configuration(configuration.layouts, configuration.modes, placements))
+    return moves
 
 
 def record_residuals(residuals: dict[str, deque[float]], forecast_rps: dict[str, float], measured: dict[str, dict[str, float]]) -> None:

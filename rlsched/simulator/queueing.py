@@ -325,3 +325,33 @@ def replay_poisson_p99_ms(mean_ms: np.ndarray, p99_ms: np.ndarray, batch_max: in
     serve_interval(arrivals_s, 0.0, float(arrivals_s[-1]) + 1e6, 0.0, np.zeros(4096), np.zeros(batch_max), new_state(),
                    service_mean_s, service_sigma, batch_max, timeout_ms / 1000.0, math.inf, rng, hist, out)
     return math.inf if out[O_DROPPED] > 0 else percentile_ms(hist, 99.0)
+
+
+def replay_busy_fraction(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np.ndarray, batch_max: int, timeout_ms: float) -> float:
+    """The fraction of time one server is busy serving a logged arrival pattern at another
+    rate: ``arrivals_s`` (a request log, seconds) stretched in time so its rate is
+    ``rate_rps``, served by :func:`serve_interval` with mean batch latencies ``mean_ms``
+    (batch 1..``batch_max``, ms; no jitter) from an empty queue.
+
+    What a priority-fill instance leaves its fillers is 1 minus this (the simulator measures
+    it request by request). The fluid batcher (smallest batch that carries the mean rate)
+    is busy nearly all the time; clustered arrivals form full batches and leave far more
+    idle time: on the DeepSeek-R1 c35 trace at 238 req/s a resnet50 7g server is busy 0.27
+    of the time, where the fluid batcher says 0.63.
+
+    :returns: busy fraction in [0, 1]; 0 with no rate or fewer than two arrivals
+    """
+    log = np.sort(np.asarray(arrivals_s, dtype=float))
+    if rate_rps <= 0.0 or log.size < 2 or log[-1] <= log[0]:
+        return 0.0
+    span_s = float(log[-1] - log[0])
+    stretch = (log.size / span_s) / rate_rps  # >1 slows the pattern down to the target rate
+    times_s = (log - log[0]) * stretch
+    horizon_s = float(times_s[-1])
+    mean = np.asarray(mean_ms, dtype=float)[:batch_max]
+    service_mean_s = np.concatenate([[0.0], mean / 1000.0])
+    out = np.zeros(OUT_SIZE)
+    serve_interval(times_s, 0.0, horizon_s, 0.0, np.zeros(max(4096, log.size)), np.zeros(batch_max), new_state(),
+                   service_mean_s, np.zeros_like(service_mean_s), batch_max, timeout_ms / 1000.0, math.inf,
+                   np.random.default_rng(0), np.zeros(HIST_BINS, dtype=np.int64), out)
+    return min(1.0, float(out[O_BUSY_S]) / horizon_s)

@@ -78,6 +78,7 @@ from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
 from rlsched.simulator.node import min_idle_fraction
+from rlsched.simulator.queueing import replay_busy_fraction
 from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
@@ -115,6 +116,9 @@ RATE_QUANTILE_POINTS = 9
 #: default and bursty ones; 0.1 is chosen between: it stops the alternating-rate flapping
 #: of tests/test_planner.py while a tenant that outgrows its GI still moves.
 VALUE_MODEL_ERROR = 0.1
+#: Fewest logged arrivals the planner replays to find a priority-fill instance's idle time
+#: (:attr:`Planner.arrival_log`); with fewer the fluid batcher stands in.
+MIN_ARRIVALS_FOR_REPLAY = 20
 _QUANTILE_Z = np.array([NormalDist().inv_cdf((k + 0.5) / RATE_QUANTILE_POINTS) for k in range(RATE_QUANTILE_POINTS)])
 
 Rates = Mapping[str, float]
@@ -228,6 +232,10 @@ class Planner:
         #: it (the index of dispersion of counts; 1 for Poisson), for the queueing tail (set
         #: by the policy; a tenant not in it is valued as Poisson).
         self.arrival_dispersion: dict[str, float] = {}
+        #: Per inference tenant, the arrival times of its last interval's requests (a request
+        #: log, seconds), replayed to find the idle time a priority-fill instance's first
+        #: tenant leaves (set by the policy; a tenant not in it is valued by the fluid batcher).
+        self.arrival_log: dict[str, np.ndarray] = {}
         reference = scenario.reference
         self._background_batch = {
             t.name: (reference.placements[t.name].batch_size if reference and t.name in reference.placements else CO_RUNNER_BATCH)
@@ -669,8 +677,10 @@ class Planner:
         the lookahead, as the simulator serves it: the highest-priority tenant (scenario
         order breaks ties) runs at its solo speed plus FIKIT's overhead; the others fill the
         idle time it leaves, at their solo speed times that idle fraction (never below the
-        performance model's minimum). The idle fraction is 1 minus its utilization at its
-        mean rate (the fluid batcher's settled batch), or the minimum for a job (always busy)."""
+        performance model's minimum). The idle fraction is 1 minus its busy fraction at its
+        mean rate: its request log (:attr:`arrival_log`) replayed at that rate
+        (:func:`~rlsched.simulator.queueing.replay_busy_fraction`), else the fluid batcher's
+        settled batch, which is busy nearly all the time; the minimum for a job (always busy)."""
         layout = configuration.layouts[g]
         gi = layout.instances[i] if len(layout) else None
         profile = gi.profile if gi else None
@@ -689,9 +699,13 @@ class Planner:
             values[first.name] = self._inference_value(first, curve, [b], rates, accuracy.get(first.name, first.accuracy),
                                                        (rate_cv or {}).get(first.name, 0.0))[0]
             rate = float(np.mean([r[first.name] for r in rates]))
-            throughput = np.arange(1, b + 1) * 1000.0 / curve[:b]
-            carries = np.nonzero(throughput >= rate)[0]
-            busy = rate / float(throughput[carries[0]]) if carries.size else 1.0
+            log = self.arrival_log.get(first.name)
+            if log is not None and len(log) >= MIN_ARRIVALS_FOR_REPLAY:
+                busy = replay_busy_fraction(log, rate, curve, b, first.batch_timeout_ms)
+            else:
+                throughput = np.arange(1, b + 1) * 1000.0 / curve[:b]
+                carries = np.nonzero(throughput >= rate)[0]
+                busy = rate / float(throughput[carries[0]]) if carries.size else 1.0
             idle = max(idle, 1.0 - busy)
         else:
             values[first.name] = self._background_value(first, profile, 100.0, batch[first.name], rates, accuracy)
