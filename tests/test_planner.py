@@ -466,3 +466,43 @@ def test_priority_fill_moves_restart_only_the_tenant_that_moves():
                 if planner.unchanged(n, running, 0, move.layouts[0].instances[p.instance_index], float(p.mps_pct), SharingMode.PRIORITY_FILL)]
         assert sorted(kept + moved) == sorted(running.placements) and moved[0] not in kept
         assert planner.assess(move, rates, running)[1] > 0.0 == planner.assess(running, rates, running)[1]
+
+
+def test_the_payback_margin_is_the_value_error_the_node_measures():
+    from types import SimpleNamespace
+
+    from rlsched.agents.baselines.planners import (MAX_VALUE_MODEL_ERROR, MIN_VALUE_ERROR_SAMPLES, MeasuredValueError,
+                                                   MigratorQueue)
+    from rlsched.solver.planner import VALUE_MODEL_ERROR
+
+    def node_earning(per_interval: list[float]) -> float | None:
+        measured, env, margin = MeasuredValueError(), SimpleNamespace(backend=SimpleNamespace(totals=SimpleNamespace(total=0.0))), None
+        for earned in per_interval:
+            margin = measured.record(env)
+            measured.predict(100.0)
+            env.backend.totals.total += earned
+        return measured.record(env)
+
+    assert node_earning([100.0] * (MIN_VALUE_ERROR_SAMPLES - 1)) is None  # too few to say
+    assert node_earning([100.0] * 20) == VALUE_MODEL_ERROR  # predictions hold: the floor
+    assert node_earning([80.0, 120.0] * 10) == pytest.approx(0.2)
+    assert node_earning([50.0] * 20) == MAX_VALUE_MODEL_ERROR  # capped
+    # An interval the policy did not decide is not compared.
+    measured, env = MeasuredValueError(), SimpleNamespace(backend=SimpleNamespace(totals=SimpleNamespace(total=0.0)))
+    measured.record(env)
+    measured.predict(100.0)
+    env.backend.totals.total += 999.0
+    measured.skip(env)
+    assert measured.record(env) is None and not measured.samples
+
+    # Closed loop: the steady scenario keeps the floor, the bursty one raises the margin.
+    margins = {}
+    for name in ("steady", "bursty"):
+        env = GpuShareEnv(name)
+        env.reset(seed=0)
+        policy = MigratorQueue()
+        policy.reset(env)
+        for _ in range(40):
+            env.step_configuration(policy.act(None, env))
+        margins[name] = max(policy.planner.value_model_error.values())
+    assert margins["steady"] == VALUE_MODEL_ERROR and margins["bursty"] > VALUE_MODEL_ERROR + 0.05

@@ -17,7 +17,7 @@ from rlsched.hardware import load_gpu
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.simulator.lookahead import HISTORY_INTERVALS, MIN_HISTORY_INTERVALS, ReconfigurationCheck
 from rlsched.solver import TenantRequest
-from rlsched.solver.planner import Plan, Planner
+from rlsched.solver.planner import VALUE_MODEL_ERROR, Plan, Planner
 
 #: Decision intervals the planner looks ahead (restarts are amortised over them).
 MIGRATOR_LOOKAHEAD = 3
@@ -45,6 +45,16 @@ DISPERSION_BIN_S = 0.5
 #: whose every rate quantile then lay above any GI's capacity, so the planner stopped weighing
 #: its placement); 1.0 already puts the 94th-percentile quantile at 2.6x the forecast.
 MAX_FORECAST_SPREAD = 1.0
+#: Intervals over which :class:`MeasuredValueError` compares the value predicted for the
+#: next interval with the Goodput the node then earned.
+VALUE_ERROR_WINDOW = 30
+#: Fewest such intervals before the measured error replaces the planner's default margin.
+MIN_VALUE_ERROR_SAMPLES = 10
+#: The largest payback margin the measured error sets. Above it the planner stops changing
+#: even where adapting pays: with 0.6, m-large's day/night trace earned 0.92x and with 0.35
+#: 1.04x of the fixed margin's Goodput, both 1.05x on heldout-bursty-high
+#: (docs/planner-bursts.md, stop 36).
+MAX_VALUE_MODEL_ERROR = 0.35
 
 
 class ParisElsa(Policy):
@@ -143,7 +153,9 @@ class MigratorQueue(MigratorIlp):
       ``co_runner_count``), not one: vit's 25% of an H100 7g serves 325 req/s beside two
       co-runners, where one predicted 370;
     - it looks :data:`QUEUE_LOOKAHEAD` intervals ahead, not :data:`MIGRATOR_LOOKAHEAD`, and
-      makes a change only if it pays back with the planner's margin (``payback_margin``);
+      makes a change only if it pays back with a margin (``payback_margin``) that is the value
+      model's error as this node measures it (:class:`MeasuredValueError`): 0.1 where its
+      predictions hold, up to 0.35 where bursts defeat them;
     - it weighs the priority-fill layouts of the hindsight portfolio beside the MILP's answer
       (:func:`priority_fill_candidates`), which the tail values to within 0.1% at 2,000 req/s
       on ``default`` where the linear loss valued them at -2,057 against +36,261 measured;
@@ -172,12 +184,14 @@ class MigratorQueue(MigratorIlp):
         self.candidates = priority_fill_candidates(env)
         self.residuals: dict[str, deque[float]] = {t.name: deque(maxlen=HISTORY_INTERVALS) for t in env.scenario.inference_tenants()}
         self.forecast_rps: dict[str, float] = {}
+        self.value_error = MeasuredValueError()
 
     def observe(self, env: GpuShareEnv) -> None:
         """Take in the last interval's measurements (forecast error, arrival variability):
         every interval, whether or not it plans (:class:`~rlsched.agents.baselines.hedge.MigratorHedgeQueue`
         runs it only while the node follows it)."""
         self._take_in(env, arrival_rates_rps(env))
+        self.value_error.skip(env)
 
     def _take_in(self, env: GpuShareEnv, rates: dict[str, float]) -> None:
         record_residuals(self.residuals, self.forecast_rps, env.backend.observe())
@@ -189,13 +203,19 @@ class MigratorQueue(MigratorIlp):
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         rates, backlog, accuracy = observed_load(env)
         self._take_in(env, rates)
+        margin = self.value_error.record(env)
+        if margin is not None:
+            self.planner.value_model_error = {t.name: margin for t in env.scenario.tenants}
         windows = self.planner.forecast([rates] * QUEUE_LOOKAHEAD, backlog)
         current = env.current
+        spread = forecast_spread(self.residuals)
         # The MILP cannot express (hence keep or adjust) a priority-fill layout: the running one
         # is a candidate too, and so is each move of one tenant into another priority-fill GI.
         adjust = [current, *priority_fill_moves(current, self.planner.memory_gib)] if current is not None and uses_priority_fill(current) else []
-        self.last_plan = self.planner.plan(windows, current, accuracy, forecast_spread(self.residuals),
+        self.last_plan = self.planner.plan(windows, current, accuracy, spread,
                                            candidates=self.candidates + [c for c in adjust if c not in self.candidates])
+        if current is not None and self.last_plan.configuration == current:
+            self.value_error.predict(sum(self.planner.configuration_values(current, windows[:1], accuracy, spread).values()))
         return self.last_plan.configuration
 
 
@@ -349,6 +369,44 @@ def priority_fill_candidates(env: GpuShareEnv) -> list[Configuration]:
     tenants in the largest GIs: :func:`~rlsched.agents.baselines.hindsight.layout_candidates`),
     which the MILP cannot express and a planner weighs beside its answer."""
     return [c for c in layout_candidates(env) if uses_priority_fill(c)]
+
+
+class MeasuredValueError:
+    """The planner's value error as the node measures it: each interval the configuration
+    was kept, the value predicted for that interval against the Goodput the node then
+    earned (the backend's totals); their relative mean absolute error over the last
+    :data:`VALUE_ERROR_WINDOW` such intervals, within [:data:`VALUE_MODEL_ERROR`,
+    :data:`MAX_VALUE_MODEL_ERROR`], is the payback margin (:meth:`Planner.payback_hurdle`).
+
+    The fixed margin was chosen between the errors ``scripts/bench_value_model.py`` measures
+    on steady (0.03) and bursty (0.5-0.6) scenarios; a node knows which it is.
+    """
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, float]] = deque(maxlen=VALUE_ERROR_WINDOW)  # (predicted, earned)
+        self._predicted: float | None = None
+        self._total: float | None = None
+
+    def record(self, env: GpuShareEnv) -> float | None:
+        """Take in the interval that just ended; the margin it now supports (None: too few samples)."""
+        total = env.backend.totals.total
+        if self._predicted is not None and self._total is not None:
+            self.samples.append((self._predicted, total - self._total))
+        self._total, self._predicted = total, None
+        if len(self.samples) < MIN_VALUE_ERROR_SAMPLES:
+            return None
+        predicted, earned = np.array(self.samples).T
+        error = float(np.abs(predicted - earned).sum() / max(np.abs(earned).sum(), 1e-9))
+        return min(max(error, VALUE_MODEL_ERROR), MAX_VALUE_MODEL_ERROR)
+
+    def skip(self, env: GpuShareEnv) -> None:
+        """An interval the policy did not decide (it waited in a hedge): nothing to compare."""
+        self._total, self._predicted = env.backend.totals.total, None
+
+    def predict(self, value: float) -> None:
+        """The value predicted for the coming interval of a configuration kept from the last
+        (intervals with a change are not compared: their restarts are not what is measured)."""
+        self._predicted = value
 
 
 def priority_fill_moves(configuration: Configuration, memory_gib: Callable[[str, int], float]) -> list[Configuration]:
