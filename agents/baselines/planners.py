@@ -13,8 +13,8 @@ from rlsched.agents.baselines.base import CapacityModel, Policy, arrival_rates_r
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.decision import Configuration, SharingMode
-from rlsched.hardware import load_gpu
 from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.hardware import load_gpu
 from rlsched.simulator.lookahead import HISTORY_INTERVALS, MIN_HISTORY_INTERVALS, ReconfigurationCheck
 from rlsched.solver import TenantRequest
 from rlsched.solver.planner import VALUE_MODEL_ERROR, Plan, Planner
@@ -164,13 +164,13 @@ class MigratorQueue(MigratorIlp):
       the fluid batcher, busy nearly all the time, had valued the fillers of the best fixed
       layout on DeepSeek-R1 c35 far below what they serve, and the planner left it 20 times.
 
-    Measured against ``migrator-ilp`` (seed 0 unless stated): far better on `default` with real
-    bursty or day/night traffic on resnet (DeepSeek-R1 c30 +46%, c35 +21%, m-small +10%,
-    m-large +12%; DeepSeek c48 and mm-image c6 and c32, where ``migrator-ilp`` earns below zero,
-    0.85x-0.99x the best fixed layout's Goodput); on ``default`` seeds 0-2 +1.1%; on the suites
-    (seeds 0-1) 1.023x held-out and 1.003x training, but 0.94x on heldout-out-of-phase and
-    heldout-bursty-high (whose high-priority SLO falls from 0.994 to 0.937) and 0.96x on
-    train-retrain. Not the default planner.
+    Measured (docs/planner-bursts.md, stop 36): with real bursty or day/night traffic on
+    ``default``'s resnet, 0.90x-1.08x the best fixed layout's Goodput (geomean 0.98x over seven
+    traces, where ``migrator-ilp`` earns below zero on three), 0.91x ``static-best`` on seven
+    traces no choice was tuned on; against ``migrator-ilp``, 1.029x on ``default`` (seeds
+    0-2) and, on the suites (seeds 0-1), 1.047x held-out and 1.004x training, but 0.95x on
+    train-two-gpus, 0.96x on train-retrain and 0.97x-0.99x on heldout-out-of-phase and
+    heldout-bursty-high (high-priority SLO 0.985 against 0.994). Not the default planner.
 
     Departs from MIGRator as :class:`MigratorIlp` does, except that priority fill is chosen
     (as whole candidate layouts).
