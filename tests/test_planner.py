@@ -511,3 +511,25 @@ def test_the_payback_margin_is_the_value_error_the_node_measures():
         margins[name] = max(policy.planner.value_model_error.values())
     assert margins["steady"] == VALUE_MODEL_ERROR
     assert margins["configs/scenarios/suite/heldout-bursty-high.yaml"] > VALUE_MODEL_ERROR + 0.1
+
+
+def test_a_rate_shift_is_planned_with_once_two_intervals_confirm_it():
+    from types import SimpleNamespace
+
+    from rlsched.agents.baselines.planners import RateShifts
+
+    shifts, measured = RateShifts(), {}
+    env = SimpleNamespace(backend=SimpleNamespace(observe=lambda: {"a": {"arrival_rate_rps": measured["a"]}}))
+
+    def plan(smoothed: float, now: float) -> float:
+        measured["a"] = now
+        return shifts.rates(env, {"a": smoothed})["a"]
+
+    assert plan(100.0, 100.0) == 100.0
+    assert plan(100.0, 500.0) == 100.0  # one interval: maybe a spike
+    assert plan(220.0, 480.0) == 480.0  # confirmed: the step is planned for
+    assert plan(400.0, 500.0) == 400.0  # the smoothed rate caught up
+    assert plan(400.0, 10.0) == 400.0
+    assert plan(280.0, 0.0) == 0.0  # a confirmed fall
+    assert plan(100.0, 500.0) == 100.0 and plan(220.0, 50.0) == 220.0  # a spike up then down: none
+    assert plan(5.0, 25.0) == 5.0 and plan(5.0, 25.0) == 5.0  # within the 20 req/s floor: noise

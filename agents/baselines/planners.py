@@ -55,6 +55,13 @@ MIN_VALUE_ERROR_SAMPLES = 10
 #: and 0.35 1.04x of the fixed margin's Goodput on m-large's day/night trace, both 1.05x on
 #: heldout-bursty-high (docs/planner-bursts.md, stop 36).
 MAX_VALUE_MODEL_ERROR = 0.35
+#: A tenant's rate has shifted when two intervals in a row measured it this many times above
+#: (or below) its smoothed rate, by at least :data:`SHIFT_MIN_RPS` as well
+#: (:class:`RateShifts`).
+SHIFT_FACTOR = 2.0
+#: Least departure from the smoothed rate, requests/s, that counts as a shift (Poisson noise
+#: of a few req/s around a near-zero rate is none).
+SHIFT_MIN_RPS = 20.0
 
 
 class ParisElsa(Policy):
@@ -159,6 +166,8 @@ class MigratorQueue(MigratorIlp):
     - it weighs the priority-fill layouts of the hindsight portfolio beside the MILP's answer
       (:func:`priority_fill_candidates`), which the tail values to within 0.1% at 2,000 req/s
       on ``default`` where the linear loss valued them at -2,057 against +36,261 measured;
+    - it plans with a tenant's last measured rate in place of its smoothed one once the rate
+      has shifted (:class:`RateShifts`);
     - the idle time a priority-fill instance leaves its fillers is found by replaying its
       first tenant's last request log at the forecast rate (the planner's ``arrival_log``):
       the fluid batcher, busy nearly all the time, had valued the fillers of the best fixed
@@ -185,12 +194,13 @@ class MigratorQueue(MigratorIlp):
         self.residuals: dict[str, deque[float]] = {t.name: deque(maxlen=HISTORY_INTERVALS) for t in env.scenario.inference_tenants()}
         self.forecast_rps: dict[str, float] = {}
         self.value_error = MeasuredValueError()
+        self.shifts = RateShifts()
 
     def observe(self, env: GpuShareEnv) -> None:
         """Take in the last interval's measurements (forecast error, arrival variability):
         every interval, whether or not it plans (:class:`~rlsched.agents.baselines.hedge.MigratorHedgeQueue`
         runs it only while the node follows it)."""
-        self._take_in(env, arrival_rates_rps(env))
+        self._take_in(env, self.shifts.rates(env, arrival_rates_rps(env)))
         self.value_error.skip(env)
 
     def _take_in(self, env: GpuShareEnv, rates: dict[str, float]) -> None:
@@ -201,7 +211,8 @@ class MigratorQueue(MigratorIlp):
         self.planner.arrival_log.update(logged or {})
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
-        rates, backlog, accuracy = observed_load(env)
+        smoothed, backlog, accuracy = observed_load(env)
+        rates = self.shifts.rates(env, smoothed)
         self._take_in(env, rates)
         margin = self.value_error.record(env)
         if margin is not None:
@@ -369,6 +380,38 @@ def priority_fill_candidates(env: GpuShareEnv) -> list[Configuration]:
     tenants in the largest GIs: :func:`~rlsched.agents.baselines.hindsight.layout_candidates`),
     which the MILP cannot express and a planner weighs beside its answer."""
     return [c for c in layout_candidates(env) if uses_priority_fill(c)]
+
+
+class RateShifts:
+    """The rates to plan with: each tenant's smoothed rate, or its last measured rate once it
+    has shifted (two intervals in a row :data:`SHIFT_FACTOR` times above or below the smoothed
+    rate, the same way).
+
+    The smoothed rate lags a step (it moves 0.3 of the way per interval): when resnet wakes to
+    1,400 req/s on mm-image c6 the planner, still seeing a fraction of it, leaves the layout
+    that serves the step, then comes back. The
+    last measured rate alone reacts to one-interval spikes too (DeepSeek c48 -7%,
+    heldout-out-of-phase -9%); a second interval confirms the step.
+    """
+
+    def __init__(self) -> None:
+        self.previous_rps: dict[str, float] = {}
+
+    def rates(self, env: GpuShareEnv, smoothed_rps: dict[str, float]) -> dict[str, float]:
+        """``smoothed_rps`` with each shifted tenant's last measured rate in its place."""
+        measured = {name: float(m["arrival_rate_rps"]) for name, m in env.backend.observe().items()
+                    if name in smoothed_rps and "arrival_rate_rps" in m}
+        planned = dict(smoothed_rps)
+        for name, smoothed in smoothed_rps.items():
+            now, before = measured.get(name), self.previous_rps.get(name)
+            if now is None or before is None:
+                continue
+            up = min(now, before) > SHIFT_FACTOR * smoothed + SHIFT_MIN_RPS
+            down = max(now, before) < smoothed / SHIFT_FACTOR - SHIFT_MIN_RPS
+            if up or down:
+                planned[name] = now
+        self.previous_rps = measured
+        return planned
 
 
 class MeasuredValueError:
