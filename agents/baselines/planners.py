@@ -174,12 +174,12 @@ class MigratorQueue(MigratorIlp):
       layout on DeepSeek-R1 c35 far below what they serve, and the planner left it 20 times.
 
     Measured (docs/planner-bursts.md, stop 36): with real bursty or day/night traffic on
-    ``default``'s resnet, 0.90x-1.08x the best fixed layout's Goodput (geomean 0.98x over seven
-    traces, where ``migrator-ilp`` earns below zero on three), 0.91x ``static-best`` on seven
-    traces no choice was tuned on; against ``migrator-ilp``, 1.029x on ``default`` (seeds
-    0-2) and, on the suites (seeds 0-1), 1.047x held-out and 1.004x training, but 0.95x on
-    train-two-gpus, 0.96x on train-retrain and 0.97x-0.99x on heldout-out-of-phase and
-    heldout-bursty-high (high-priority SLO 0.985 against 0.994). Not the default planner.
+    ``default``'s resnet, 0.97x-1.08x the best fixed layout's Goodput (geomean 0.99x over seven
+    traces, where ``migrator-ilp`` earns below zero on three), 0.92x ``static-best`` on seven
+    traces no choice was tuned on; against ``migrator-ilp``, 1.036x on ``default`` (seeds
+    0-2) and, on the suites (seeds 0-1), 1.049x held-out and 1.011x training, but 0.96x on
+    train-retrain and 0.97x-0.99x on heldout-out-of-phase and heldout-bursty-high
+    (high-priority SLO 0.985 against 0.994). Not the default planner.
 
     Departs from MIGRator as :class:`MigratorIlp` does, except that priority fill is chosen
     (as whole candidate layouts).
