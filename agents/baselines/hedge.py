@@ -398,7 +398,7 @@ def fresh_rule(policy: Policy) -> Policy:
 
 class MigratorHedgeQueue(MigratorHedge):
     """``migrator-hedge`` with a second planner among its experts: ``migrator-queue``, whose
-    value model is right near capacity (docs/planner-bursts.md). Opt-in. With today's
+    value model is right near capacity (docs/planner-bursts.md). Opt-in. With stop 35's
     ``migrator-queue``: 1.042x ``migrator-hedge`` on the held-out suite (SE 0.027, seeds 0-1).
     With stop 34's ``migrator-queue``, closed loop on 40
     episodes 1.005x ``migrator-hedge`` (SE 0.004; paired seeds): +8% on DeepSeek c30, +4-5%

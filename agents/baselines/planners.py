@@ -214,9 +214,7 @@ class MigratorQueue(MigratorIlp):
         smoothed, backlog, accuracy = observed_load(env)
         rates = self.shifts.rates(env, smoothed)
         self._take_in(env, rates)
-        margin = self.value_error.record(env)
-        if margin is not None:
-            self.planner.value_model_error = {t.name: margin for t in env.scenario.tenants}
+        self.planner.value_model_error = self.value_error.record(env)
         windows = self.planner.forecast([rates] * QUEUE_LOOKAHEAD, backlog)
         current = env.current
         spread = forecast_spread(self.residuals)
@@ -389,9 +387,9 @@ class RateShifts:
 
     The smoothed rate lags a step (it moves 0.3 of the way per interval): when resnet wakes to
     1,400 req/s on mm-image c6 the planner, still seeing a fraction of it, leaves the layout
-    that serves the step, then comes back. The
-    last measured rate alone reacts to one-interval spikes too (DeepSeek c48 -7%,
-    heldout-out-of-phase -9%); a second interval confirms the step.
+    that serves the step, then comes back. The last measured rate alone reacts to
+    one-interval spikes too (DeepSeek c48 -7%, heldout-out-of-phase -9%); a second interval
+    confirms the step.
     """
 
     def __init__(self) -> None:

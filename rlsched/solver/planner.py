@@ -236,9 +236,9 @@ class Planner:
         #: log, seconds), replayed to find the idle time a priority-fill instance's first
         #: tenant leaves (set by the policy; a tenant not in it is valued by the fluid batcher).
         self.arrival_log: dict[str, np.ndarray] = {}
-        #: Per tenant, the relative error of its predicted value as the policy measured it
-        #: on this node (:meth:`payback_hurdle`; a tenant not in it: :data:`VALUE_MODEL_ERROR`).
-        self.value_model_error: dict[str, float] = {}
+        #: The value model's relative error as the policy measured it on this node, for the
+        #: payback margin (:meth:`payback_hurdle`; None: :data:`VALUE_MODEL_ERROR`).
+        self.value_model_error: float | None = None
         reference = scenario.reference
         self._background_batch = {
             t.name: (reference.placements[t.name].batch_size if reference and t.name in reference.placements else CO_RUNNER_BATCH)
@@ -722,17 +722,17 @@ class Planner:
                 values[t.name] = self._background_value(t, profile, 100.0, batch[t.name], rates, accuracy, speed=idle)
         return values
 
-    def payback_hurdle(self, cost: float, held_value: float | None, tenant: str | None = None) -> float:
+    def payback_hurdle(self, cost: float, held_value: float | None) -> float:
         """What a change must be predicted to gain beyond its ``cost`` over the lookahead
         (the payback rule, against flapping): the value model's relative error times what
         is at stake, the value the tenant holds now (``held_value``) plus the cost, both
-        predicted by a model that errs by that much. The error is the ``tenant``'s in
-        :attr:`value_model_error` where the policy measures it, else
-        :data:`VALUE_MODEL_ERROR`. A tenant not placed yet (None) must start: no hurdle. 0
-        with ``payback_margin`` off."""
+        predicted by a model that errs by that much: :attr:`value_model_error` where the
+        policy measures it, else :data:`VALUE_MODEL_ERROR`. A tenant not placed yet (None)
+        must start: no hurdle. 0 with ``payback_margin`` off."""
         if held_value is None or not self.payback_margin:
             return 0.0
-        return self.value_model_error.get(tenant, VALUE_MODEL_ERROR) * (abs(held_value) + cost)
+        error = VALUE_MODEL_ERROR if self.value_model_error is None else self.value_model_error
+        return error * (abs(held_value) + cost)
 
     def _layouts_for(self, current: Configuration | None, g: int) -> list[Layout]:
         layouts = list(self.layouts)
@@ -779,7 +779,7 @@ class Planner:
                                 continue
                             cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held,
                                                          self.drain(t, profile, share, batch, count))
-                            hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held, t.name)
+                            hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held)
                             options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost, hurdle, count))
         return options
 
@@ -944,6 +944,6 @@ class Planner:
                                           self.drain(t, gi.profile if gi else None, share, p.batch_size, self.sharing(configuration, t.name)), mode)
                 cost += c
                 if not self.unchanged(t.name, current, p.gpu_index, gi, float(p.mps_pct), mode):
-                    hurdle += self.payback_hurdle(c, held, t.name)
+                    hurdle += self.payback_hurdle(c, held)
             results.append((value, cost, hurdle))
         return results
