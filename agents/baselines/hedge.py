@@ -398,13 +398,19 @@ def fresh_rule(policy: Policy) -> Policy:
 
 class MigratorHedgeQueue(MigratorHedge):
     """``migrator-hedge`` with a second planner among its experts: ``migrator-queue``, whose
-    value model is right near capacity (docs/planner-bursts.md). Opt-in. With stop 35's
-    ``migrator-queue``: 1.042x ``migrator-hedge`` on the held-out suite (SE 0.027, seeds 0-1).
-    With stop 34's ``migrator-queue``, closed loop on 40
-    episodes 1.005x ``migrator-hedge`` (SE 0.004; paired seeds): +8% on DeepSeek c30, +4-5%
-    on mm-image c32, m-small seed 0 and DeepSeek c62 seed 0, -7% on c62 seed 1, 0.993x on the
-    held-out suite; the high-priority SLO falls by up to 0.06 where it follows
-    ``migrator-queue``. Each interval runs one more planner shadow: about 1.5x the episode time.
+    value model is right near capacity (docs/planner-bursts.md). Opt-in.
+
+    Measured at stop 37, closed loop, seed 0 per trace, real bursty or day/night traffic on
+    ``default``'s resnet:
+    - 1.018x the best fixed layout on seven repo traces;
+    - 1.037x on seven traces no choice was tuned on (per trace 0.973x-1.186x); on DeepSeek
+      chunk22 it follows the priority-fill 7g's shadow where ``migrator-queue`` alone
+      abandons resnet;
+    - 1.002x on ``default`` (seeds 0-2).
+
+    Against ``migrator-queue`` alone (seeds 0-1): 1.048x on ``default``, 1.020x on the
+    training suite, 0.965x on the held-out suite (heldout-deploy 0.91x, heldout-bursty-high
+    0.94x with high-priority SLO 0.933). Each interval runs one more planner shadow.
 
     Departs from MIGRator as ``migrator-hedge`` does."""
 
