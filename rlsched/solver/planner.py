@@ -414,10 +414,11 @@ class Planner:
         best: tuple[float, float, int] | None = None
         window_rates = np.array([r[tenant.name] for r in rates], dtype=float)
         requests = window_rates * self.interval_s
+        total_requests = float(requests.sum())
         # The terms are linear in the request counts: one call per level values every window.
         on_time = self.on_time_table(tenant, window_rates, latency, levels, rate_cv) @ requests
         for b, on in zip(levels, on_time.tolist(), strict=True):
-            value = goodput_terms(self.weights, tenant.priority.value, on, accuracy, violated=float(requests.sum()) - on).total
+            value = goodput_terms(self.weights, tenant.priority.value, on, accuracy, violated=total_requests - on).total
             key = (value, b * 1000.0 / float(latency[b - 1]), b)
             if best is None or key[:2] > best[:2]:
                 best = key
