@@ -326,3 +326,29 @@ def test_the_queue_hedge_runs_either_planner_on_the_node_when_it_follows_it():
     plain = MigratorHedge(profile_intervals=0)
     plain.reset(env)
     assert [s.name for s in plain.shadows].count("planner-queue") == 0 and len(plain.planners) == 1
+
+
+def test_the_queue_hedge_also_holds_the_groupings_that_earned_most_on_the_profile():
+    import random
+
+    from rlsched.agents.baselines.hedge import PROFILED_GROUPINGS, MigratorHedgeQueue
+    from rlsched.agents.baselines.hindsight import PROFILING_SEED_OFFSET, preceding_scenario, ranking_candidates, rollout
+
+    env = GpuShareEnv("default")
+    env.reset(seed=0)
+    hedge = MigratorHedgeQueue(profile_intervals=4)
+    hedge.reset(env)
+    usual = layout_candidates(env)
+    extra = [s.policy.configuration for s in hedge.shadows[2 + len(usual):]]
+    assert len(extra) == PROFILED_GROUPINGS and hedge.report["profiled_groupings"] == [s.name for s in hedge.shadows[2 + len(usual):]]
+    others = [c for c in ranking_candidates(env) if c not in usual]
+    assert all(c in others for c in extra) and len({str(c) for c in extra}) == len(extra)
+    # They earned at least as much on the profile as any other grouping (a sample of them).
+    profile = GpuShareEnv(preceding_scenario(env.scenario, 4 * env.scenario.decision_interval_s))
+    seed = env.backend_seed + PROFILING_SEED_OFFSET
+    least = min(rollout(profile, seed, FixedConfiguration(c))[0] for c in extra)
+    assert all(rollout(profile, seed, FixedConfiguration(c))[0] <= least + 1e-6 for c in random.Random(0).sample([c for c in others if c not in extra], 20))
+    # Without a profile there is nothing to choose them on; the plain hedge holds none.
+    unprofiled = MigratorHedgeQueue(profile_intervals=0)
+    unprofiled.reset(env)
+    assert len(unprofiled.shadows) == 2 + len(usual)

@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from rlsched.agents.baselines.base import Decision, Policy, apply
-from rlsched.agents.baselines.hindsight import PROFILING_SEED_OFFSET, FixedConfiguration, day_intervals, layout_candidates, preceding_scenario
+from rlsched.agents.baselines.hindsight import (PROFILING_SEED_OFFSET, FixedConfiguration, day_intervals, layout_candidates, preceding_scenario,
+                                                ranking_candidates, rollout)
 from rlsched.agents.baselines.planners import MigratorIlp, MigratorQueue
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
@@ -102,6 +103,12 @@ MAX_DAY_INTERVALS = 8640
 SHADOW_SEED = 0
 #: Shadows of a node that runs on (the daemon) are episodes this long, seconds.
 UNBOUNDED_S = 1e12
+#: ``migrator-hedge-queue`` also holds, as fixed experts, this many other groupings of the
+#: tenants into GIs (:func:`~rlsched.agents.baselines.hindsight.ranking_candidates`): those
+#: that earned most on the profile's traffic. The usual candidates rank the tenants one way;
+#: on DeepSeek-R1 chunk1 and c30 another grouping earned 1.21x and 1.11x what the hedge
+#: earned without it (docs/planner-bursts.md, stop 38).
+PROFILED_GROUPINGS = 3
 #: Bandwidth of ``migrator-hedge-load``'s load similarity (``migrator-hedge``: 0, never). Each
 #: past interval then counts by exp(-d^2 / 2 LOAD_BANDWIDTH^2) besides its recency, d the
 #: Euclidean distance between its load and the last interval's. A load is, per inference
@@ -177,6 +184,9 @@ class MigratorHedge(Policy):
         last interval's, where that has forecast the rewards better (:data:`LOAD_BANDWIDTH`,
         :class:`LoadEvidenceChoice`; 0, the default: by recency alone)
     :param load_error_ratio: how much better (:data:`LOAD_ERROR_RATIO`)
+    :param profiled_groupings: also hold, as fixed experts, this many other groupings of the
+        tenants: those that earned most on the profile (:data:`PROFILED_GROUPINGS`; 0, the
+        default: none; none without a profile)
 
     Departs from MIGRator (whose planner it wraps), which has no fixed-layout experts: the
     fixed layouts are the priority-fill and MPS variants of each maximal layout, tenants
@@ -195,7 +205,7 @@ class MigratorHedge(Policy):
                  switch_z: float = SWITCH_Z, min_evidence_intervals: int = MIN_EVIDENCE_INTERVALS,
                  profile_intervals: int | None = None, simulate_switch_cost: bool = True,
                  load_bandwidth: float = 0.0, load_error_ratio: float = LOAD_ERROR_RATIO,
-                 season_horizon_intervals: int = SEASON_HORIZON_INTERVALS) -> None:
+                 season_horizon_intervals: int = SEASON_HORIZON_INTERVALS, profiled_groupings: int = 0) -> None:
         if memory_intervals <= 0 or switch_margin_intervals < 0 or switch_z < 0 or not load_bandwidth >= 0 or not load_error_ratio > 0:
             raise ValueError(f"memory_intervals must be > 0, switch_margin_intervals, switch_z and load_bandwidth >= 0, load_error_ratio > 0 "
                              f"(got {memory_intervals}, {switch_margin_intervals}, {switch_z}, {load_bandwidth}, {load_error_ratio})")
@@ -207,6 +217,7 @@ class MigratorHedge(Policy):
         self.profile_intervals = None if profile_intervals is None else max(0, profile_intervals)
         self.season_horizon_intervals = max(0, season_horizon_intervals)
         self.simulate_switch_cost = simulate_switch_cost
+        self.profiled_groupings = max(0, profiled_groupings)
         self.history = math.ceil(4.0 * memory_intervals)  # older rewards weigh below e^-4
 
     def reset(self, env: GpuShareEnv) -> None:
@@ -232,20 +243,23 @@ class MigratorHedge(Policy):
         self.loads: deque[np.ndarray] = deque(maxlen=kept)
         self.load_choice = LoadEvidenceChoice(self.decay, self.load_bandwidth, self.load_error_ratio)
         self.replayed = 0  # intervals of the node's own traffic replayed
+        if self.profile_intervals is None:
+            profile = PROFILE_INTERVALS if day is None else min(max(day, PROFILE_INTERVALS), MAX_PROFILE_INTERVALS)
+        else:
+            profile = self.profile_intervals
+        fixed = layout_candidates(env)
+        groupings = self._profiled_groupings(env, profile, fixed) if profile and self.profiled_groupings else []
         self.shadows = [shadow(name, rule()) for name, rule in self.planner_rules]
-        self.shadows += [shadow(f"fixed {k}", FixedConfiguration(c)) for k, c in enumerate(layout_candidates(env))]
+        self.shadows += [shadow(f"fixed {k}", FixedConfiguration(c)) for k, c in enumerate(fixed + groupings)]
         self.leader = 0
         # The planners the node runs when it follows one (their shadows plan for the shadows' state).
         self.planners = [rule() for _, rule in self.planner_rules]
         for planner in self.planners:
             planner.reset(env)
         self.switch_costs: list[float] = []  # measured on this node, request-equivalents
-        self.report = {"leader_changes": 0, "planner_led_steps": 0, "steps": 0, "switch_costs": self.switch_costs}
+        self.report = {"leader_changes": 0, "planner_led_steps": 0, "steps": 0, "switch_costs": self.switch_costs,
+                       "profiled_groupings": [f"fixed {k}" for k in range(len(fixed), len(fixed) + len(groupings))]}
         self._transition: list[float] | None = None  # the shortfalls since the last switch
-        if self.profile_intervals is None:
-            profile = PROFILE_INTERVALS if day is None else min(max(day, PROFILE_INTERVALS), MAX_PROFILE_INTERVALS)
-        else:
-            profile = self.profile_intervals
         if profile:
             self._profile(env, profile)
             self._follow_leader()
@@ -253,6 +267,18 @@ class MigratorHedge(Policy):
             self._transition = None
             self.report["leader_changes"] = 0
             self.report["profiled_leader"] = self.shadows[self.leader].name
+
+    def _profiled_groupings(self, env: GpuShareEnv, intervals: int, usual: list[Configuration]) -> list[Configuration]:
+        """The :attr:`profiled_groupings` fixed configurations outside ``usual`` that earned most
+        on the ``intervals`` of traffic before the episode (the profile's, :meth:`_profile`),
+        among every grouping of the tenants (:func:`~rlsched.agents.baselines.hindsight.ranking_candidates`)."""
+        profile = preceding_scenario(env.scenario, intervals * env.scenario.decision_interval_s)
+        seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
+        private = GpuShareEnv(profile, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
+        others = [c for c in ranking_candidates(env) if c not in usual]
+        earned = [rollout(private, seed, FixedConfiguration(c))[0] for c in others]
+        best = sorted(range(len(others)), key=lambda k: -earned[k])[:self.profiled_groupings]
+        return [others[k] for k in best]
 
     def _profile(self, env: GpuShareEnv, intervals: int) -> None:
         """Start every shadow's history with what its rule earned on the ``intervals`` of
@@ -412,10 +438,20 @@ class MigratorHedgeQueue(MigratorHedge):
     training suite, 0.965x on the held-out suite (heldout-deploy 0.91x, heldout-bursty-high
     0.94x with high-priority SLO 0.933). Each interval runs one more planner shadow.
 
+    Since stop 38 its fixed experts also hold the :data:`PROFILED_GROUPINGS` groupings of the
+    tenants that earned most on the profile (``profiled_groupings``), which the reset pays
+    for with one profile rollout per grouping (410 on ``default``, about a minute). On seven
+    trace episodes and ``default`` seed 0 that earned 0.993x-1.215x what the hedge earned
+    without them (DeepSeek-R1 chunk1 1.215x, c30 1.109x; ``default`` 0.993x), see
+    docs/planner-bursts.md.
+
     Departs from MIGRator as ``migrator-hedge`` does."""
 
     name = "migrator-hedge-queue"
     planner_rules = (("planner", MigratorIlp), ("planner-queue", MigratorQueue))
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**{"profiled_groupings": PROFILED_GROUPINGS, **options})
 
 
 class MigratorHedgeLoad(MigratorHedge):
