@@ -328,15 +328,15 @@ def test_the_queue_hedge_runs_either_planner_on_the_node_when_it_follows_it():
     assert [s.name for s in plain.shadows].count("planner-queue") == 0 and len(plain.planners) == 1
 
 
-def test_the_queue_hedge_also_holds_the_groupings_that_earned_most_on_the_profile():
+def test_the_groupings_hedge_also_holds_the_groupings_that_earned_most_on_the_profile():
     import random
 
-    from rlsched.agents.baselines.hedge import PROFILED_GROUPINGS, MigratorHedgeQueue
+    from rlsched.agents.baselines.hedge import PROFILED_GROUPINGS, MigratorHedgeGroupings, MigratorHedgeQueue
     from rlsched.agents.baselines.hindsight import PROFILING_SEED_OFFSET, preceding_scenario, ranking_candidates, rollout
 
     env = GpuShareEnv("default")
     env.reset(seed=0)
-    hedge = MigratorHedgeQueue(profile_intervals=4)
+    hedge = MigratorHedgeGroupings(profile_intervals=4)
     hedge.reset(env)
     usual = layout_candidates(env)
     extra = [s.policy.configuration for s in hedge.shadows[2 + len(usual):]]
@@ -348,7 +348,7 @@ def test_the_queue_hedge_also_holds_the_groupings_that_earned_most_on_the_profil
     seed = env.backend_seed + PROFILING_SEED_OFFSET
     least = min(rollout(profile, seed, FixedConfiguration(c))[0] for c in extra)
     assert all(rollout(profile, seed, FixedConfiguration(c))[0] <= least + 1e-6 for c in random.Random(0).sample([c for c in others if c not in extra], 20))
-    # Without a profile there is nothing to choose them on; the plain hedge holds none.
-    unprofiled = MigratorHedgeQueue(profile_intervals=0)
-    unprofiled.reset(env)
-    assert len(unprofiled.shadows) == 2 + len(usual)
+    # Without a profile there is nothing to choose them on; migrator-hedge-queue holds none.
+    for hedge in (MigratorHedgeGroupings(profile_intervals=0), MigratorHedgeQueue(profile_intervals=4)):
+        hedge.reset(env)
+        assert len(hedge.shadows) == 2 + len(usual) and hedge.report["profiled_groupings"] == []
