@@ -451,8 +451,9 @@ class MigratorHedgeGroupings(MigratorHedgeQueue):
     The reset pays one profile rollout per grouping (410 on ``default``, about a minute).
     Measured at stop 38, closed loop, seed 0, against ``migrator-hedge-queue``: on real traffic
     on ``default``'s resnet 1.215x on DeepSeek-R1 chunk1, 1.109x on c30, 1.046x on c62, 1.031x
-    on c18, 0.993x on ``default``; but 0.80x on heldout-deploy, whose tenants come and go
-    while the profile holds them as they are at the start (docs/planner-bursts.md).
+    on c18, 0.993x on ``default``; but 0.80x on heldout-deploy and 0.89x on heldout-retrain,
+    whose tenants come and go while the profile holds them as they are at the start
+    (docs/planner-bursts.md).
 
     Departs from MIGRator as ``migrator-hedge`` does."""
 
