@@ -272,9 +272,7 @@ class MigratorHedge(Policy):
         """The :attr:`profiled_groupings` fixed configurations outside ``usual`` that earned most
         on the ``intervals`` of traffic before the episode (the profile's, :meth:`_profile`),
         among every grouping of the tenants (:func:`~rlsched.agents.baselines.hindsight.ranking_candidates`)."""
-        profile = preceding_scenario(env.scenario, intervals * env.scenario.decision_interval_s)
-        seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
-        private = GpuShareEnv(profile, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
+        private, seed = profile_episode(env, intervals)
         others = [c for c in ranking_candidates(env) if c not in usual]
         earned = [rollout(private, seed, FixedConfiguration(c))[0] for c in others]
         best = sorted(range(len(others)), key=lambda k: -earned[k])[:self.profiled_groupings]
@@ -286,9 +284,7 @@ class MigratorHedge(Policy):
         other random arrivals): the evidence an operator's request log of the previous day
         gives, so the first decisions need not be the planner's, and the day the seasonal
         forecast reads."""
-        profile = preceding_scenario(env.scenario, intervals * env.scenario.decision_interval_s)
-        seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
-        private = GpuShareEnv(profile, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
+        private, seed = profile_episode(env, intervals)
         for k, s in enumerate(self.shadows):
             policy = fresh_rule(s.policy)
             observation, _ = private.reset(seed=0, options={"configuration": env.current, "backend_seed": seed})
@@ -414,6 +410,15 @@ class MigratorHedge(Policy):
         self.leader = expert
         self.report["leader_changes"] += 1
         self._transition = []
+
+
+def profile_episode(env: GpuShareEnv, intervals: int) -> tuple[GpuShareEnv, int | None]:
+    """A private environment of the ``intervals`` of traffic just before ``env``'s episode
+    (:func:`~rlsched.agents.baselines.hindsight.preceding_scenario`) and the backend seed that
+    replays its other random arrivals: the hedge's profile."""
+    profile = preceding_scenario(env.scenario, intervals * env.scenario.decision_interval_s)
+    seed = None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET
+    return GpuShareEnv(profile, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights), seed
 
 
 def fresh_rule(policy: Policy) -> Policy:

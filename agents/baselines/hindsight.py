@@ -190,7 +190,8 @@ class StaticBest(Policy):
 
 
 class StaticBestRankings(StaticBest):
-    """``static-best`` over every ranking of the tenants, not one (:func:`ranking_candidates`):
+    """``static-best`` over every ranking of the four busiest tenants, not one
+    (:func:`ranking_candidates`):
     a stronger best fixed configuration in hindsight, and a slower one (on ``default``, 410
     configurations, about 80 s per one-hour episode against 12 s).
 
