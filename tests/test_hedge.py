@@ -352,3 +352,25 @@ def test_the_groupings_hedge_also_holds_the_groupings_that_earned_most_on_the_pr
     for hedge in (MigratorHedgeGroupings(profile_intervals=0), MigratorHedgeQueue(profile_intervals=4)):
         hedge.reset(env)
         assert len(hedge.shadows) == 2 + len(usual) and hedge.report["profiled_groupings"] == []
+
+
+def test_the_profiled_groupings_stop_leading_once_the_active_tenants_change():
+    env = GpuShareEnv(TINY)
+    observation, _ = env.reset(seed=0)
+    hedge = MigratorHedge(profile_intervals=4, min_evidence_intervals=1, simulate_switch_cost=False)
+    hedge.reset(env)
+    grouping = len(hedge.shadows) - 1
+    hedge.groupings, hedge.leader = [grouping], grouping  # as if the profile had chosen it and it led
+    observation, *_ = apply(env, hedge.act(observation, env))
+    hedge.act(observation, env)  # the same tenants as at the start: it keeps the node
+    assert hedge.retired == [] and hedge.leader == grouping
+    hedge.start_tenants = frozenset({"resnet"})  # as if bert had been deployed since the start
+    observation, *_ = apply(env, env.current)
+    hedge.act(observation, env)
+    assert hedge.retired == [grouping] and hedge.report["groupings_retired_at"] == 2
+    assert hedge.leader != grouping and hedge.report["leader_changes"] == 1
+    # However much it earns from now on, it never takes the node back.
+    for s in hedge.shadows:
+        s.rewards.extend([1e9 if s is hedge.shadows[grouping] else 0.0] * 10)
+    hedge._follow_leader()
+    assert hedge.leader != grouping

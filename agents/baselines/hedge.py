@@ -186,7 +186,9 @@ class MigratorHedge(Policy):
     :param load_error_ratio: how much better (:data:`LOAD_ERROR_RATIO`)
     :param profiled_groupings: also hold, as fixed experts, this many other groupings of the
         tenants: those that earned most on the profile (:data:`PROFILED_GROUPINGS`; 0, the
-        default: none; none without a profile)
+        default: none; none without a profile). They were chosen for the tenants active at
+        the start, so once a tenant is deployed or retired, or a job starts or stops, they
+        can no longer lead (a leading one hands the node to the best other expert at once)
 
     Departs from MIGRator (whose planner it wraps), which has no fixed-layout experts: the
     fixed layouts are the priority-fill and MPS variants of each maximal layout, tenants
@@ -251,6 +253,9 @@ class MigratorHedge(Policy):
         groupings = self._profiled_groupings(env, profile, fixed) if profile and self.profiled_groupings else []
         self.shadows = [shadow(name, rule()) for name, rule in self.planner_rules]
         self.shadows += [shadow(f"fixed {k}", FixedConfiguration(c)) for k, c in enumerate(fixed + groupings)]
+        self.groupings = list(range(len(self.shadows) - len(groupings), len(self.shadows)))  # shadow indices
+        self.start_tenants = active_tenants(env.backend.observe())
+        self.retired: list[int] = []  # shadows that can no longer lead
         self.leader = 0
         # The planners the node runs when it follows one (their shadows plan for the shadows' state).
         self.planners = [rule() for _, rule in self.planner_rules]
@@ -323,6 +328,9 @@ class MigratorHedge(Policy):
             arrivals.record(float(measured.get(name, {}).get("arrival_rate_rps", 0.0)), None if logged is None else logged.get(name))
         self._record_load(measured)
         self.replayed += 1
+        if self.groupings and not self.retired and active_tenants(measured) != self.start_tenants:
+            self.retired = self.groupings
+            self.report["groupings_retired_at"] = self.replayed
         for s in self.shadows:
             s.step()
         if self.day is not None or self.load_bandwidth > 0:  # the default hedge on a node without traces needs neither
@@ -380,7 +388,11 @@ class MigratorHedge(Policy):
     def _follow_leader(self) -> None:
         """Hand the node to the shadow whose advantage over the leader is largest, if it is
         large (the margin) and clear (the z-test) on enough evidence, and covers what the
-        switch would cost as simulated."""
+        switch would cost as simulated; a leader that can no longer lead hands the node to
+        the best other expert at once."""
+        if self.leader in self.retired:
+            self.switch_to(int(np.argmax(self._lower_bounds(self.evidence()))))
+            return
         if len(self.shadows[self.leader].rewards) < self.min_evidence_intervals:
             return
         evidence = self.evidence()
@@ -395,13 +407,20 @@ class MigratorHedge(Policy):
         """The shadow the rule would hand the node to before the simulated cost (None: keep)."""
         if evidence.intervals < self.min_evidence_intervals:
             return None
-        lower = evidence.mean - self.switch_z * evidence.spread
+        lower = self._lower_bounds(evidence)
         best = int(np.argmax(lower))
         # A switch must pay for itself: the margin, and what switches have cost on this node so far.
         margin = max(self.switch_margin_intervals * evidence.leader_mean, float(np.mean(self.switch_costs)) if self.switch_costs else 0.0)
         if best == evidence.leader or lower[best] <= 0.0 or evidence.gain(best) <= margin:
             return None
         return best
+
+    def _lower_bounds(self, evidence: LeaderEvidence) -> np.ndarray:
+        """Per expert, its mean advantage less ``switch_z`` standard errors; -inf for the
+        shadows that can no longer lead."""
+        lower = evidence.mean - self.switch_z * evidence.spread
+        lower[self.retired] = -np.inf
+        return lower
 
     def switch_to(self, expert: int) -> None:
         """Hand the node to shadow ``expert`` and start measuring what the switch costs."""
@@ -410,6 +429,11 @@ class MigratorHedge(Policy):
         self.leader = expert
         self.report["leader_changes"] += 1
         self._transition = []
+
+
+def active_tenants(measured: dict[str, dict[str, float]]) -> frozenset[str]:
+    """The tenants a backend's observation reports active (deployed, or a job running)."""
+    return frozenset(name for name, m in measured.items() if m.get("active", 1.0))
 
 
 def profile_episode(env: GpuShareEnv, intervals: int) -> tuple[GpuShareEnv, int | None]:
@@ -456,9 +480,10 @@ class MigratorHedgeGroupings(MigratorHedgeQueue):
     The reset pays one profile rollout per grouping (410 on ``default``, about a minute).
     Measured at stop 38, closed loop, seed 0, against ``migrator-hedge-queue``: on real traffic
     on ``default``'s resnet 1.215x on DeepSeek-R1 chunk1, 1.109x on c30, 1.046x on c62, 1.031x
-    on c18, 0.993x on ``default``; but 0.80x on heldout-deploy and 0.89x on heldout-retrain,
-    whose tenants come and go while the profile holds them as they are at the start
-    (docs/planner-bursts.md).
+    on c18, 0.993x on ``default``; but 0.89x on heldout-retrain, whose retraining jobs come
+    and go while the profile holds them as they are at the start. On heldout-deploy it was
+    0.80x until the groupings stopped leading once the active tenants change (stop 39:
+    1.03x); docs/planner-bursts.md.
 
     Departs from MIGRator as ``migrator-hedge`` does."""
 
