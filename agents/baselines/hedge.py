@@ -221,6 +221,7 @@ class MigratorHedge(Policy):
         self.simulate_switch_cost = simulate_switch_cost
         self.profiled_groupings = max(0, profiled_groupings)
         self.history = math.ceil(4.0 * memory_intervals)  # older rewards weigh below e^-4
+        self.retired: list[int] = []  # shadows that can no longer lead (set at reset)
 
     def reset(self, env: GpuShareEnv) -> None:
         scenario = env.scenario
@@ -255,7 +256,7 @@ class MigratorHedge(Policy):
         self.shadows += [shadow(f"fixed {k}", FixedConfiguration(c)) for k, c in enumerate(fixed + groupings)]
         self.groupings = list(range(len(self.shadows) - len(groupings), len(self.shadows)))  # shadow indices
         self.start_tenants = active_tenants(env.backend.observe())
-        self.retired: list[int] = []  # shadows that can no longer lead
+        self.retired = []
         self.leader = 0
         # The planners the node runs when it follows one (their shadows plan for the shadows' state).
         self.planners = [rule() for _, rule in self.planner_rules]
