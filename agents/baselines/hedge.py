@@ -484,7 +484,9 @@ class MigratorHedgeGroupings(MigratorHedgeQueue):
     on c18, 0.993x on ``default``; but 0.89x on heldout-retrain, whose retraining jobs come
     and go while the profile holds them as they are at the start. On heldout-deploy it was
     0.80x until the groupings stopped leading once the active tenants change (stop 39:
-    1.03x); docs/planner-bursts.md.
+    1.03x). On all 37 episodes of stop 39: 1.03x on the fourteen traces, 1.18x on the
+    training suite (train-two-gpus 2.0x), 0.98x on the held-out suite, 1.00x on ``default``
+    (docs/planner-bursts.md).
 
     Departs from MIGRator as ``migrator-hedge`` does."""
 
