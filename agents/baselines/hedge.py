@@ -264,7 +264,7 @@ class MigratorHedge(Policy):
             planner.reset(env)
         self.switch_costs: list[float] = []  # measured on this node, request-equivalents
         self.report = {"leader_changes": 0, "planner_led_steps": 0, "steps": 0, "switch_costs": self.switch_costs,
-                       "profiled_groupings": [f"fixed {k}" for k in range(len(fixed), len(fixed) + len(groupings))]}
+                       "profiled_groupings": [self.shadows[k].name for k in self.groupings]}
         self._transition: list[float] | None = None  # the shortfalls since the last switch
         if profile:
             self._profile(env, profile)
