@@ -78,6 +78,26 @@ def test_hindsight_is_at_least_every_policy_on_the_small_scenario():
     assert goodput["static-best"] >= max(goodput[n] for n in ("static-equal", "fikit", "igniter", "paris-elsa")) - 1e-6
 
 
+def test_hindsight_alone_seeds_the_groupings_that_earn_most_held_fixed(monkeypatch):
+    from rlsched.agents.baselines import hindsight
+
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    private = hindsight.replay_env(env)
+    groupings = hindsight.best_groupings(private, env.backend_seed, hindsight.RANKED_SEEDS)
+    assert groupings and [g for g, _ in groupings] == sorted((g for g, _ in groupings), reverse=True)
+    usual = [private.repaired_configuration(c) for c in hindsight.layout_candidates(private)]
+    assert all(applied[-1] not in usual for _, applied in groupings)  # other groupings than static-best's
+    seeded = hindsight.Hindsight()
+    seeded.reset(env)
+    monkeypatch.setattr(hindsight, "RANKED_SEEDS", 0)
+    without = hindsight.Hindsight()
+    without.reset(env)
+    # Every grouping seed is its own trajectory, and the reference is at least the best of them.
+    assert seeded.report["seeds"] == without.report["seeds"] + len(groupings)
+    assert seeded.objective_in_hindsight >= groupings[0][0] - 1e-6
+
+
 SUITE_SCENARIOS = [s.source for name in ("train", "heldout") for s in load_suite(name).scenarios]
 
 

@@ -32,6 +32,13 @@ STATIC_POLICIES = ("static-equal", "fikit", "igniter", "paris-elsa")
 #: long-run means; the others follow in that order): 4! = 24 rankings, each with one
 #: candidate per maximal layout (5! = 120 would take an eight-tenant node hours).
 MAX_RANKED_TENANTS = 4
+#: ``hindsight`` also seeds with, and holds in its blocks, this many of the other groupings of
+#: the tenants (:func:`ranking_candidates` beyond :func:`layout_candidates`): those that earn
+#: most over the episode held fixed. Which tenants share a GPU is the largest decision on a
+#: multi-GPU node, and the layout candidates rank the tenants one way: on train-two-gpus
+#: ``migrator-hedge-groupings`` earned 1.21x and 1.25x a reference searched without them
+#: (docs/planner-bursts.md, stop 39).
+RANKED_SEEDS = 3
 
 
 class FixedConfiguration(Policy):
@@ -160,6 +167,15 @@ def best_fixed_configuration(episodes: list[tuple[GpuShareEnv, int | None]], can
             best = (total, runs[0][1][-1])  # the static baselines apply one configuration every step (after the repair)
     assert best is not None
     return best
+
+
+def best_groupings(private: GpuShareEnv, backend_seed: int | None, count: int) -> list[tuple[float, list[Configuration]]]:
+    """The ``count`` groupings of the tenants outside :func:`layout_candidates` (from
+    :func:`ranking_candidates`) that earn most held fixed over the replayed episode:
+    (objective, configurations applied) each, best first."""
+    usual = layout_candidates(private)
+    runs = [rollout(private, backend_seed, FixedConfiguration(c)) for c in ranking_candidates(private) if c not in usual] if count else []
+    return sorted(runs, key=lambda run: -run[0])[:count]
 
 
 class StaticBest(Policy):
@@ -339,8 +355,10 @@ class Hindsight(Policy):
 
     1. Seeds: the trajectories of the other policies evaluated on the same episode
        (:attr:`seed_trajectories`, set by ``rlsched eval``), plus its own portfolio: one
-       fixed configuration per maximal layout (static-best's candidates), the static
-       baselines, and the planner fed the true rates of the coming windows.
+       fixed configuration per maximal layout (static-best's candidates), the
+       :data:`RANKED_SEEDS` other groupings of the tenants that earn most held fixed (so it
+       is >= ``static-best-rankings`` too), the static baselines, and the planner fed the
+       true rates of the coming windows.
     2. Rolling-horizon search with perfect information: every ``block_steps`` intervals,
        from the exact simulator state, each option (hold any seed configuration or layout
        candidate, or follow any seed trajectory) is simulated for ``block_steps +
@@ -377,6 +395,9 @@ class Hindsight(Policy):
                 seeds[plan.name] = rollout(private, env.backend_seed, plan)[1]
         for c in candidates:  # held from the first step to the last
             seeds.setdefault(f"fixed {_describe(c)}", [c])
+        for objective, applied in best_groupings(private, env.backend_seed, RANKED_SEEDS):
+            seeds.setdefault(f"grouping {_describe(applied[-1])}", applied)
+            candidates = _unique([*candidates, applied[-1]])
         private.reset(seed=0, options={"backend_seed": env.backend_seed})
         search = HindsightSearch(private, self.block_steps, self.lookahead_steps, BlockCandidates(private))
         scored = {name: search.score(configs) for name, configs in seeds.items()}
