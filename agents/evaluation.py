@@ -372,18 +372,15 @@ def trajectories_json(runs: dict[str, list[Episode]]) -> dict[str, Any]:
     return {"configurations": distinct, "episodes": episodes}
 
 
-def replay(result: dict[str, Any], source: str = "eval JSON", progress: bool = True) -> list[dict[str, Any]]:
-    """Re-simulate every recorded episode of an evaluation result and compare its Goodput.
-
-    Works on one scenario's result or a suite's (``{"suites": ..., "scenarios": {...}}``).
-    Returns one row per episode: scenario, policy, seed, recorded and replayed Goodput, ``ok``.
-    A changed scenario file (SHA-256) is a ConfigError naming it.
-    """
+def _recorded(result: dict[str, Any], source: str) -> list[tuple[dict[str, Any], GpuShareEnv, dict[str, list[Episode]]]]:
+    """Per scenario result of an evaluation (one scenario's or a suite's): the result, an
+    environment of its unchanged scenario file, and every policy's recorded episodes (seed,
+    Goodput, configurations applied). A changed scenario file (SHA-256) is a ConfigError naming it."""
     from rlsched.workloads.scenario import _Reader, parse_configuration
 
     results = list(result["scenarios"].values()) if "scenarios" in result else [result]
-    rows: list[dict[str, Any]] = []
-    for k, res in enumerate(results):
+    recorded = []
+    for res in results:
         where = f"scenarios.{res.get('scenario')}" if "scenarios" in result else "(top level)"
         if "trajectories" not in res or not res.get("scenario_sha256"):
             raise ConfigError(source, where, res.get("scenario"), "no recorded trajectories of an unchanged scenario file "
@@ -398,15 +395,69 @@ def replay(result: dict[str, Any], source: str = "eval JSON", progress: bool = T
         table = res["trajectories"]["configurations"]
         configs = [parse_configuration(_Reader(source, c, f"{where}.trajectories.configurations[{i}]"), env.scenario.gpu, env.scenario.gpu_count, names)
                    for i, c in enumerate(table)]
-        for policy, eps in res["trajectories"]["episodes"].items():
+        runs = {policy: [Episode(int(e["seed"]), float(e["goodput"]), configurations=[configs[i] for i in e["steps"]]) for e in eps]
+                for policy, eps in res["trajectories"]["episodes"].items()}
+        recorded.append((res, env, runs))
+    return recorded
+
+
+def replay(result: dict[str, Any], source: str = "eval JSON", progress: bool = True) -> list[dict[str, Any]]:
+    """Re-simulate every recorded episode of an evaluation result and compare its Goodput.
+
+    Works on one scenario's result or a suite's (``{"suites": ..., "scenarios": {...}}``).
+    Returns one row per episode: scenario, policy, seed, recorded and replayed Goodput, ``ok``.
+    A changed scenario file (SHA-256) is a ConfigError naming it.
+    """
+    rows: list[dict[str, Any]] = []
+    for res, env, runs in _recorded(result, source):
+        for policy, eps in runs.items():
             for e in eps:
-                env.reset(seed=int(e["seed"]))
-                for i in e["steps"]:
-                    env.step_configuration(configs[i])
+                env.reset(seed=e.seed)
+                for c in e.configurations:
+                    env.step_configuration(c)
                 replayed = env.objective
-                ok = math.isclose(replayed, e["goodput"], rel_tol=1e-9, abs_tol=1e-6)
-                rows.append({"scenario": res["scenario"], "policy": policy, "seed": e["seed"], "recorded": e["goodput"], "replayed": replayed, "ok": ok})
+                ok = math.isclose(replayed, e.goodput, rel_tol=1e-9, abs_tol=1e-6)
+                rows.append({"scenario": res["scenario"], "policy": policy, "seed": e.seed, "recorded": e.goodput, "replayed": replayed, "ok": ok})
     return rows
+
+
+def rerun_hindsight(result: dict[str, Any], source: str = "eval JSON", progress: bool = True) -> dict[str, Any]:
+    """An evaluation result whose ``hindsight`` reference is searched again (after the search
+    has changed), seeded as ``rlsched eval`` seeds it: with every other policy's recorded
+    configurations on the same episode, which are not run again. The hindsight row, every
+    ratio to it, the headroom, the hindsight reports and trajectories, and a suite's summary
+    are replaced; everything else is kept. The input is not changed."""
+    from tqdm import tqdm
+
+    result = json.loads(json.dumps(result))  # a copy
+    recorded = _recorded(result, source)
+    if any("hindsight" not in res["policies"] for res, _, _ in recorded):
+        raise ConfigError(source, "policies", "hindsight", "the result has no hindsight reference to search again")
+    bar = tqdm(total=sum(env.scenario.steps * len(runs.get("hindsight", [])) for _, env, runs in recorded),
+               desc="hindsight", unit="step", disable=not progress, mininterval=1.0)
+    for res, env, runs in recorded:
+        bar.set_postfix_str(res["scenario"])
+        seeds = [e.seed for e in runs["hindsight"]]
+        others = {name: eps for name, eps in runs.items() if name not in HINDSIGHT_POLICIES}
+        runs["hindsight"] = [run_episode(env, "hindsight", seed, bar, {name: eps[k].configurations for name, eps in others.items()})
+                             for k, seed in enumerate(seeds)]
+        table = res["policies"]
+        table["hindsight"] = metrics(runs["hindsight"])
+        table["hindsight"]["goodput_vs_static_best"] = None
+        base, static_best = table["hindsight"]["goodput"], table.get("static-best", {}).get("goodput")
+        for row in table.values():
+            if row.get("goodput") is not None:
+                row["goodput_vs_hindsight"] = row["goodput"] / base if base else None
+                if static_best:
+                    row["goodput_vs_static_best"] = row["goodput"] / static_best
+        if static_best:
+            res["headroom"] = table["hindsight"]["goodput_vs_static_best"]
+        res.setdefault("reports", {})["hindsight"] = [e.report for e in runs["hindsight"]]
+        res["trajectories"] = trajectories_json(runs)
+    bar.close()
+    if "scenarios" in result and "summary" in result:
+        result["summary"] = suite_summary(result["scenarios"], list(result["summary"]))
+    return result
 
 
 def format_table(result: dict[str, Any]) -> str:

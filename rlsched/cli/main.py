@@ -148,7 +148,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     replay an earlier result (exit 1 when a Goodput does not reproduce)."""
     from rlsched.agents.evaluation import evaluate, evaluate_suite, format_suite, format_table, plot, policy_names, replay, write_json
 
+    if args.rerun_hindsight and (args.replay is None or args.json is None):
+        raise RlschedError("--rerun-hindsight needs --replay EVAL.json (the result) and --json OUT (the updated result)")
     if args.replay is not None:
+        if args.rerun_hindsight:
+            from rlsched.agents.evaluation import rerun_hindsight
+
+            result = rerun_hindsight(_read_result(args.replay), args.replay, progress=not args.no_progress)
+            print(format_suite(result) if "scenarios" in result else format_table(result))
+            write_json(result, args.json)
+            return 0
         return _replay(args.replay, replay)
     if sum(x is not None for x in (args.scenario, args.family, args.suite)) != 1:
         raise RlschedError("give one of --scenario, --family, --suite or --replay")
@@ -188,15 +197,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(path: str, replay: Callable[..., list[dict]]) -> int:
-    """Re-simulate an eval JSON's recorded configurations; exit 1 on any Goodput mismatch."""
+def _read_result(path: str) -> dict:
+    """An eval JSON, or an error naming the file."""
     try:
-        result = json.loads(open(path).read())
+        return json.loads(open(path).read())
     except OSError as exc:
         raise RlschedError(f"{path}: cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise RlschedError(f"{path}: not valid JSON: {exc}") from None
-    rows = replay(result, path)
+
+
+def _replay(path: str, replay: Callable[..., list[dict]]) -> int:
+    """Re-simulate an eval JSON's recorded configurations; exit 1 on any Goodput mismatch."""
+    rows = replay(_read_result(path), path)
     for r in rows:
         print(f"{'ok' if r['ok'] else 'MISMATCH':<8} {r['scenario']:<28} {r['policy']:<16} seed {r['seed']:<6} recorded {r['recorded']:>14,.1f} replayed {r['replayed']:>14,.1f}")
     bad = sum(not r["ok"] for r in rows)
@@ -277,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead of --scenario: every scenario of a suite (configs/suites/), one table each and a summary per policy")
     p.add_argument("--replay", default=None, metavar="EVAL.json",
                    help="re-simulate the configurations an earlier eval recorded and confirm each Goodput (exit 1 on a mismatch)")
+    p.add_argument("--rerun-hindsight", action="store_true",
+                   help="with --replay and --json OUT: search the result's hindsight reference again (after the search changed), "
+                   "seeded with the other policies' recorded configurations, and write the updated result to OUT")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="write the layout timeline and Goodput plot")
     p.add_argument("--plot-dir", default=None, metavar="DIR", help="write one plot per scenario, DIR/<scenario>.png")
     p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated")
