@@ -433,9 +433,9 @@ def rerun_hindsight(result: dict[str, Any], source: str = "eval JSON", progress:
 
     result = json.loads(json.dumps(result))  # a copy
     recorded = _recorded(result, source)
-    if any("hindsight" not in res["policies"] for res, _, _ in recorded):
-        raise ConfigError(source, "policies", "hindsight", "the result has no hindsight reference to search again")
-    bar = tqdm(total=sum(env.scenario.steps * len(runs.get("hindsight", [])) for _, env, runs in recorded),
+    if any("hindsight" not in runs for _, _, runs in recorded):
+        raise ConfigError(source, "trajectories.episodes", "hindsight", "the result has no hindsight episodes to search again")
+    bar = tqdm(total=sum(env.scenario.steps * len(runs["hindsight"]) for _, env, runs in recorded),
                desc="hindsight", unit="step", disable=not progress, mininterval=1.0)
     for res, env, runs in recorded:
         bar.set_postfix_str(res["scenario"])
@@ -446,7 +446,6 @@ def rerun_hindsight(result: dict[str, Any], source: str = "eval JSON", progress:
                              for k, seed in enumerate(seeds)]
         table = res["policies"]
         table["hindsight"] = metrics(runs["hindsight"])
-        table["hindsight"]["goodput_vs_static_best"] = None
         base, static_best = table["hindsight"]["goodput"], table.get("static-best", {}).get("goodput")
         for row in table.values():
             if row.get("goodput") is not None:

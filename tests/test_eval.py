@@ -199,6 +199,12 @@ def test_rerun_hindsight_searches_the_reference_again_from_the_recorded_policies
     # --rerun-hindsight needs the result and somewhere to write the updated one.
     assert main(["eval", "--replay", str(old), "--rerun-hindsight"]) == 2
     assert "--json OUT" in capsys.readouterr().err
+    without = json.loads(old.read_text())
+    for res in without["scenarios"].values():
+        del res["trajectories"]["episodes"]["hindsight"]
+    (tmp_path / "without.json").write_text(json.dumps(without))
+    assert main(["eval", "--replay", str(tmp_path / "without.json"), "--rerun-hindsight", "--json", str(new)]) == 2
+    assert "trajectories.episodes" in capsys.readouterr().err and not new.exists()
     assert main(["eval", "--replay", str(old), "--rerun-hindsight", "--json", str(new), "--no-progress"]) == 0
     assert json.loads(old.read_text()) == before  # the input is kept
     after = json.loads(new.read_text())

@@ -395,7 +395,7 @@ class Hindsight(Policy):
                 seeds[plan.name] = rollout(private, env.backend_seed, plan)[1]
         for c in candidates:  # held from the first step to the last
             seeds.setdefault(f"fixed {_describe(c)}", [c])
-        for objective, applied in best_groupings(private, env.backend_seed, RANKED_SEEDS):
+        for _, applied in best_groupings(private, env.backend_seed, RANKED_SEEDS):
             seeds.setdefault(f"grouping {_describe(applied[-1])}", applied)
             candidates = _unique([*candidates, applied[-1]])
         private.reset(seed=0, options={"backend_seed": env.backend_seed})
