@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from rlsched.agents.baselines.base import Decision, Policy, apply
-from rlsched.agents.baselines.hindsight import (PROFILING_SEED_OFFSET, FixedConfiguration, day_intervals, layout_candidates, preceding_scenario,
-                                                ranking_candidates, rollout)
+from rlsched.agents.baselines.hindsight import (PROFILING_SEED_OFFSET, FixedConfiguration, day_intervals, grouping_rollouts, layout_candidates,
+                                                preceding_scenario)
 from rlsched.agents.baselines.planners import MigratorIlp, MigratorQueue
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
@@ -251,7 +251,7 @@ class MigratorHedge(Policy):
         else:
             profile = self.profile_intervals
         fixed = layout_candidates(env)
-        groupings = self._profiled_groupings(env, profile, fixed) if profile and self.profiled_groupings else []
+        groupings = self._profiled_groupings(env, profile) if profile and self.profiled_groupings else []
         self.shadows = [shadow(name, rule()) for name, rule in self.planner_rules]
         self.shadows += [shadow(f"fixed {k}", FixedConfiguration(c)) for k, c in enumerate(fixed + groupings)]
         self.groupings = list(range(len(self.shadows) - len(groupings), len(self.shadows)))  # shadow indices
@@ -274,15 +274,12 @@ class MigratorHedge(Policy):
             self.report["leader_changes"] = 0
             self.report["profiled_leader"] = self.shadows[self.leader].name
 
-    def _profiled_groupings(self, env: GpuShareEnv, intervals: int, usual: list[Configuration]) -> list[Configuration]:
-        """The :attr:`profiled_groupings` fixed configurations outside ``usual`` that earned most
-        on the ``intervals`` of traffic before the episode (the profile's, :meth:`_profile`),
-        among every grouping of the tenants (:func:`~rlsched.agents.baselines.hindsight.ranking_candidates`)."""
+    def _profiled_groupings(self, env: GpuShareEnv, intervals: int) -> list[Configuration]:
+        """The :attr:`profiled_groupings` other groupings of the tenants (beyond the usual fixed
+        layouts) that earned most on the ``intervals`` of traffic before the episode (the
+        profile's, :meth:`_profile`; :func:`~rlsched.agents.baselines.hindsight.grouping_rollouts`)."""
         private, seed = profile_episode(env, intervals)
-        others = [c for c in ranking_candidates(env) if c not in usual]
-        earned = [rollout(private, seed, FixedConfiguration(c))[0] for c in others]
-        best = sorted(range(len(others)), key=lambda k: -earned[k])[:self.profiled_groupings]
-        return [others[k] for k in best]
+        return [held for _, held, _ in grouping_rollouts(private, seed)[:self.profiled_groupings]]
 
     def _profile(self, env: GpuShareEnv, intervals: int) -> None:
         """Start every shadow's history with what its rule earned on the ``intervals`` of

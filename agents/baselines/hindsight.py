@@ -169,13 +169,19 @@ def best_fixed_configuration(episodes: list[tuple[GpuShareEnv, int | None]], can
     return best
 
 
-def best_groupings(private: GpuShareEnv, backend_seed: int | None, count: int) -> list[tuple[float, list[Configuration]]]:
-    """The ``count`` groupings of the tenants outside :func:`layout_candidates` (from
-    :func:`ranking_candidates`) that earn most held fixed over the replayed episode:
-    (objective, configurations applied) each, best first."""
+def grouping_rollouts(private: GpuShareEnv, backend_seed: int | None) -> list[tuple[float, Configuration, list[Configuration]]]:
+    """Every grouping of the tenants outside :func:`layout_candidates` (from
+    :func:`ranking_candidates`) held fixed over the replayed episode: (objective, the
+    configuration held, the configurations applied) each, the most earning first."""
     usual = layout_candidates(private)
-    runs = [rollout(private, backend_seed, FixedConfiguration(c)) for c in ranking_candidates(private) if c not in usual] if count else []
-    return sorted(runs, key=lambda run: -run[0])[:count]
+    runs = [(c, *rollout(private, backend_seed, FixedConfiguration(c))) for c in ranking_candidates(private) if c not in usual]
+    return sorted(((objective, held, applied) for held, objective, applied in runs), key=lambda run: -run[0])
+
+
+def best_groupings(private: GpuShareEnv, backend_seed: int | None, count: int) -> list[tuple[float, list[Configuration]]]:
+    """The ``count`` groupings of :func:`grouping_rollouts` that earn most: (objective,
+    configurations applied) each, best first."""
+    return [(objective, applied) for objective, _, applied in grouping_rollouts(private, backend_seed)[:count]] if count else []
 
 
 class StaticBest(Policy):
