@@ -1,5 +1,6 @@
 """The MIG catalog: every packaged GPU loads, its numbers match gpu-facts.md, bad files are named."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from rlsched.errors import ConfigError
 from rlsched.hardware import gpu_names, load_gpu
 from rlsched.hardware.catalog import _parse_gpu
 
+REPO = Path(__file__).resolve().parents[1]
 CATALOG = ["a100-40gb", "a100-80gb", "a30-24gb", "h100-80gb", "h200-141gb", "v100-16gb"]
 
 
@@ -51,8 +53,9 @@ def test_sm_counts_and_unconfirmed_flags():
     assert [a100.profile(s).sm_count for s in ("1g", "2g", "3g", "4g", "7g")] == [14, 28, 42, 56, 98]
     assert [h100.profile(s).sm_count for s in ("1g", "2g", "3g", "4g", "7g")] == [16, 32, 60, 64, 132]
     assert h100.profiles["1g.20gb"].sm_count == 26
-    assert "sm_count" in h100.profiles["1g.20gb"].unconfirmed
-    assert "sm_count" not in h100.profiles["2g.20gb"].unconfirmed
+    # UNCONFIRMED in gpu-facts.md (a mock says 16); a real H100 reports 26 (docs/hardware-probes/).
+    assert "sm_count" not in h100.profiles["1g.20gb"].unconfirmed
+    assert "start_slots" in h100.profiles["1g.20gb"].unconfirmed  # mixed layouts are not confirmed
     # H200 ids and placements are presumed equal to H100: flagged on every profile.
     assert all({"nvml_profile_id", "start_slots"} <= set(p.unconfirmed) for p in h200.profiles.values())
     assert not a100.profiles["3g.20gb"].unconfirmed
@@ -110,3 +113,25 @@ def test_unreadable_yaml_is_a_config_error(tmp_path):
 def test_root_must_be_a_mapping():
     with pytest.raises(ConfigError, match="expected a mapping"):
         _parse_gpu([1, 2], Path("x.yaml"))
+
+
+def test_h100_catalog_equals_what_a_real_h100_reports():
+    """Read-only NVML answers of a real H100 80GB HBM3 (driver 580.159.04, MIG off), recorded in
+    docs/hardware-probes/: every catalog profile is offered with the catalog's id, name,
+    slices, SMs, count and possible placements, and the device offers no other profile."""
+    from rlsched.node.nvml_backend import NvmlGiProfile, match_catalog
+
+    recorded = json.loads((REPO / "docs/hardware-probes/h100-80gb-2026-11-26-nvml.json").read_text())
+    spec = load_gpu("h100-80gb")
+    assert recorded["pci_device_id"] == spec.pci_device_id
+    seen: dict[int, NvmlGiProfile] = {}
+    for index, info in recorded["profile_info_by_index"].items():
+        if "error" in info:
+            continue
+        placements = recorded["possible_placements_by_profile_id"][str(info["id"])]
+        seen[int(index)] = NvmlGiProfile(int(index), info["id"], info["name"].removeprefix("MIG "), info["sliceCount"],
+                                         info["instanceCount"], info["multiprocessorCount"], info["memorySizeMB"],
+                                         tuple(p["start"] for p in placements), placements[0]["size"])
+    assert sorted(seen) == sorted(p.nvml_profile_index for p in spec.profiles.values())
+    assert match_catalog(spec, seen).mismatches == ()
+    assert {p.sm_count for p in seen.values()} >= {spec.sm_count}  # the 7g profile holds all 132 SMs

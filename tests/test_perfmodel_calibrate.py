@@ -52,3 +52,42 @@ def test_report_meets_all_acceptance_targets() -> None:
     assert rows[("igniter", "pairs")]["model_cv_mape_pct"] <= 12.0
     for key in [("migprofiler", "vision"), ("igniter", "solo"), ("igniter", "pairs")]:
         assert rows[key]["model_cv_mape_pct"] < rows[key]["baseline_cv_mape_pct"]
+
+
+REAL_H100_PROFILE = Path(__file__).resolve().parents[1] / "docs/hardware-probes/h100-80gb-2026-11-26-latency-device-input.csv"
+
+
+def test_compare_a_real_h100_profile_with_the_a100_transfer(capsys: pytest.CaptureFixture[str]) -> None:
+    """The measured H100 rows beside the A100 source's transfer: every row of a model the source
+    calibrates, none of the others, and the error is (predicted - measured) / measured."""
+    from rlsched.perfmodel.commands import compare_rows
+    rows = compare_rows(REAL_H100_PROFILE, "h100-80gb", "parvagpu-a100-80gb")
+    assert {r["model"] for r in rows} == {"resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "densenet121", "densenet169",
+                                          "densenet201", "inceptionv3", "mobilenetv2", "bert-large"}  # not bert-base, vit
+    assert len(rows) == 11 * 9 and {r["source"] for r in rows} == {"parvagpu-a100-80gb"}
+    for r in rows:
+        assert r["error_pct"] == pytest.approx(100 * (r["predicted_ms"] - r["measured_ms"]) / r["measured_ms"], abs=0.02)
+    assert main(["calibrate", "compare", "--profile", str(REAL_H100_PROFILE), "--gpu", "h100-80gb", "--source", "migprofiler-a100-80gb"]) == 0
+    table = capsys.readouterr().out
+    assert "vit" in table and "vgg19" not in table  # MIGProfiler calibrates resnet50, vit and bert-base only
+
+
+def test_compare_names_the_file_when_the_source_calibrates_no_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "profile", "--models", "tiny-mlp", "--batches", "1,2", "--device", "cpu", "--iterations", "2",
+                 "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", "compare", "--profile", str(tmp_path / "latency.csv"), "--gpu", "a100-80gb",
+                 "--source", "parvagpu-a100-80gb"]) == 2
+    assert "latency.csv" in capsys.readouterr().err
+
+
+def test_profile_names_the_allowed_models_and_the_library_a_model_needs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ParvaGPU's models come from torchvision or transformers; without them the error says which."""
+    import importlib.util
+    assert main(["calibrate", "profile", "--models", "resnet51", "--batches", "1", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "densenet121" in capsys.readouterr().err  # the allowed names are listed
+    missing = [name for name, module in (("vgg19", "torchvision"), ("bert-large", "transformers")) if importlib.util.find_spec(module) is None]
+    if not missing:
+        pytest.skip("torchvision and transformers are both installed here")
+    assert main(["calibrate", "profile", "--models", missing[0], "--batches", "1", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "needs the" in capsys.readouterr().err

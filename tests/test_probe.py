@@ -54,6 +54,10 @@ def test_probe_reports_gpus_modes_instances_and_placements():
     assert (two_g["profile_id"], two_g["start_slots"], two_g["memory_slices"]) == (14, [0, 2, 4], 2)
     assert a100["mismatches"] == ["a100-40gb 1g.5gb (profile index 0): catalog profile id 19, NVML 23"]
     assert (h100["mig_current"], h100["mig_pending"], h100["instances"]) == ("disabled", "enabled", [])
+    # With MIG off the profiles are still read and checked (a real H100 answers so): the catalog
+    # can be checked before MIG is enabled.
+    assert [p["name"] for p in h100["profiles"]] == ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"]
+    assert h100["mismatches"] == [] and v100["profiles"] == []
     assert (v100["catalog"], v100["mig_current"]) == ("v100-16gb", "unsupported")
     assert not {"nvmlGpuInstanceDestroy", "nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlDeviceSetMigMode"} & set(fake.calls)
 

@@ -410,7 +410,11 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, device: Any, profile: int, version: int = 2) -> Any:
         self._call("nvmlDeviceGetGpuInstanceProfileInfo")()
-        gpu = self._device(device)
+        # Answers with MIG disabled, as a real H100 did (driver 580.159.04, probed read-only
+        # 2026-11-26: docs/hardware-probes/), not on a GPU without MIG.
+        gpu = self._device(device, need_mig=False)
+        if not gpu.spec.mig_supported:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if not 0 <= profile < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         match = [p for p in gpu.spec.profiles.values() if p.nvml_profile_index == profile]

@@ -1,7 +1,7 @@
 """``rlsched probe``: a read-only report of what NVML sees on this machine.
 
 GPUs (name, UUID, PCI device id matched to the catalog), MIG mode (current and pending),
-the GI profiles NVML offers with their placements, the GIs with profile names and
+the GI profiles NVML offers with their placements (also with MIG off), the GIs with profile names and
 placements, their CIs and MIG device UUIDs, and where NVML and the catalog disagree.
 Nothing is changed: only NVML get-calls are made.
 """
@@ -49,7 +49,7 @@ class ProbeGpu:
     :param catalog: the matching catalog GPU type, or None
     :param mig_current: ``enabled``, ``disabled`` or ``unsupported``
     :param mig_pending: the mode after the next reset (same words)
-    :param profiles: GI profiles NVML offers (empty with MIG off)
+    :param profiles: GI profiles NVML offers (also with MIG off: what enabling it would offer)
     :param mismatches: where NVML and the catalog disagree
     """
 
@@ -116,12 +116,14 @@ def probe(nvml: Any) -> ProbeReport:
                 raise
             continue
         gpu.mig_current, gpu.mig_pending = _mode(nvml, current), _mode(nvml, pending)
-        if current != nvml.NVML_DEVICE_MIG_ENABLE:
-            continue
+        # NVML answers the profile and placement queries with MIG off too (seen on an H100,
+        # driver 580.159.04): the catalog can be checked before MIG is enabled.
         profiles = read_gi_profiles(nvml, handle)
         gpu.profiles = [asdict(p) | {"start_slots": list(p.start_slots)} for p in profiles.values()]
         if spec is not None:
             gpu.mismatches = list(match_catalog(spec, profiles).mismatches)
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            continue
         reader = InstanceReader(nvml, handle, {p.profile_id: (p.name, p.max_count) for p in profiles.values()})
         uuids = read_mig_uuids(nvml, handle)
         for gi in reader.read():

@@ -1,4 +1,4 @@
-"""The ``predict`` and ``calibrate {fit,report,profile}`` subcommands of the rlsched CLI."""
+"""The ``predict`` and ``calibrate {fit,report,profile,compare}`` subcommands of the rlsched CLI."""
 
 from __future__ import annotations
 
@@ -106,8 +106,59 @@ def cmd_calibrate_profile(args: argparse.Namespace) -> int:
         batches = [int(b) for b in args.batches.split(",")]
     except ValueError as exc:
         raise ConfigError("--batches", "batches", args.batches, "expected comma-separated integers, e.g. 1,2,4") from exc
-    path = profile_models(args.models.split(","), batches, args.device, Path(args.out), args.instance, args.iterations)
+    path = profile_models(args.models.split(","), batches, args.device, Path(args.out), args.instance, args.iterations,
+                          args.host_input)
     print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def compare_rows(profile_csv: Path, gpu: str, source: str, calibration_dir: str | None = None) -> list[dict]:
+    """Each row of a measured profile (``calibrate profile``'s ``latency.csv``) beside the
+    model's prediction of its mean latency on ``gpu`` from ``source``: the check of a
+    calibration's transfer to a GPU or stack it was not fitted on. Rows of a model that
+    ``source`` does not calibrate are left out."""
+    import csv
+
+    from rlsched.perfmodel.model import PerformanceModel
+    model = PerformanceModel.load(calibration_dir)
+    try:
+        with profile_csv.open(newline="") as handle:
+            measured = list(csv.DictReader(handle))
+    except OSError as exc:
+        raise ConfigError(str(profile_csv), "profile", str(profile_csv), f"cannot read the measured profile: {exc}") from exc
+    rows = []
+    for row in measured:
+        try:
+            name, batch, mean_ms = row["model_name"], int(row["batch_size"]), float(row["latency_mean"])
+            instance = row["mig_profile"]
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(str(profile_csv), "latency_mean", row, f"not a calibrate profile row: {exc}") from exc
+        try:
+            used = model.calibration_for(gpu, model_key(name, source))
+        except ConfigError:
+            continue  # a model this source has no calibration of: the caller names it
+        predicted = model.predict(gpu, model_key(name, source), batch, None if instance == "whole" else instance)
+        rows.append({"model": name, "batch": batch, "instance": instance, "measured_ms": mean_ms,
+                     "predicted_ms": round(predicted.latency_ms_mean, 4), "source": used.file_name,
+                     "error_pct": round(100.0 * (predicted.latency_ms_mean - mean_ms) / mean_ms, 2)})
+    return rows
+
+
+def cmd_calibrate_compare(args: argparse.Namespace) -> int:
+    import numpy as np
+    rows = compare_rows(Path(args.profile), args.gpu, args.source, args.calibration)
+    if not rows:
+        raise ConfigError(args.profile, "source", args.source, "calibrates none of the profile's models")
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'model':12s} {'batches':>7s} {'MAPE %':>7s} {'median error %':>15s} {'error at largest batch %':>25s}  source")
+    for name in dict.fromkeys(r["model"] for r in rows):
+        own = [r for r in rows if r["model"] == name]
+        errors = np.array([r["error_pct"] for r in own])
+        largest = max(own, key=lambda r: r["batch"])
+        print(f"{name:12s} {len(own):7d} {np.abs(errors).mean():7.2f} {np.median(errors):15.2f} {largest['error_pct']:25.2f}  {own[0]['source']}")
+    print(f"{'all':12s} {len(rows):7d} {np.mean([abs(r['error_pct']) for r in rows]):7.2f}")
     return 0
 
 
@@ -142,11 +193,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate_report)
-    p = csub.add_parser("profile", help="measure latency of plain-torch models on a device")
-    p.add_argument("--models", required=True, help="comma-separated, e.g. resnet50,tiny-mlp")
+    p = csub.add_parser("profile", help="measure latency of models on a device")
+    p.add_argument("--models", required=True,
+                   help="comma-separated, e.g. resnet50,tiny-mlp; ParvaGPU's names (vgg19, bert-large, ...) need torchvision or transformers")
     p.add_argument("--batches", required=True, help="comma-separated, e.g. 1,2,4,8")
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--instance", default="whole", help="MIG profile name of the device, or 'whole'")
     p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--host-input", action="store_true",
+                   help="each batch starts in host memory and its copy to the device is timed, as a server's is")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_calibrate_profile)
+    p = csub.add_parser("compare", help="a measured profile beside the model's prediction (a calibration's transfer error)")
+    p.add_argument("--profile", required=True, help="latency.csv written by calibrate profile")
+    p.add_argument("--gpu", required=True, help="catalog GPU the profile ran on, e.g. h100-80gb")
+    p.add_argument("--source", default="auto", help="calibration source to predict from, e.g. parvagpu-a100-80gb")
+    p.add_argument("--calibration", default=None, help="calibration directory (default: packaged)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate_compare)

@@ -9,6 +9,7 @@ MIGProfiler column format (P99 and spread), so ``rlsched calibrate fit --source 
 from __future__ import annotations
 
 import csv
+import sys
 import time
 from pathlib import Path
 
@@ -22,8 +23,35 @@ from rlsched.perfmodel.sources import PROFILE_FILE
 WARMUP_ITERATIONS = 5
 
 
+#: Models built from torchvision or transformers when installed (neither is a dependency of
+#: rlsched), named as in ParvaGPU's full-GPU profile (``../shared/data/SOURCES.md``) so that a
+#: profile taken on another GPU compares with it row by row: name -> (library, constructor,
+#: input). Image inputs are (channels, height, width); ``tokens`` is BERT's sequence length 128.
+LIBRARY_MODELS: dict[str, tuple[str, str, tuple[int, ...]]] = {
+    "resnet101": ("torchvision", "resnet101", (3, 224, 224)),
+    "resnet152": ("torchvision", "resnet152", (3, 224, 224)),
+    "vgg16": ("torchvision", "vgg16", (3, 224, 224)),
+    "vgg19": ("torchvision", "vgg19", (3, 224, 224)),
+    "densenet121": ("torchvision", "densenet121", (3, 224, 224)),
+    "densenet169": ("torchvision", "densenet169", (3, 224, 224)),
+    "densenet201": ("torchvision", "densenet201", (3, 224, 224)),
+    "inceptionv3": ("torchvision", "inception_v3", (3, 299, 299)),
+    "mobilenetv2": ("torchvision", "mobilenet_v2", (3, 224, 224)),
+    "vit": ("torchvision", "vit_b_16", (3, 224, 224)),
+    "bert-base": ("transformers", "bert-base", (128,)),
+    "bert-large": ("transformers", "bert-large", (128,)),
+}
+BUILTIN_MODELS = ("tiny-mlp", "tiny-cnn", "resnet50")
+#: BERT's vocabulary size: the token ids of a random input are drawn below it.
+BERT_VOCABULARY = 30522
+
+
 def build_model(name: str):
-    """A plain-torch model by name (no downloads): torchvision-free definitions."""
+    """A model by name (random weights, nothing downloaded) and its per-sample input shape.
+
+    The built-in definitions need torch alone; :data:`LIBRARY_MODELS` need torchvision or
+    transformers installed. An input shape of one dimension means token ids, else an image.
+    """
     import torch
     from torch import nn
     if name == "tiny-mlp":
@@ -33,7 +61,40 @@ def build_model(name: str):
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)), (3, 32, 32)
     if name == "resnet50":
         return _resnet50(torch, nn), (3, 224, 224)
-    raise ConfigError("--models", "models", name, "unknown model (allowed: tiny-mlp, tiny-cnn, resnet50)")
+    if name not in LIBRARY_MODELS:
+        raise ConfigError("--models", "models", name, f"unknown model (allowed: {', '.join((*BUILTIN_MODELS, *LIBRARY_MODELS))})")
+    library, constructor, shape = LIBRARY_MODELS[name]
+    try:
+        if library == "torchvision":
+            import torchvision
+            extra = {"aux_logits": False, "init_weights": False} if constructor == "inception_v3" else {}
+            return torchvision.models.get_model(constructor, weights=None, **extra), shape
+        import transformers
+        large = constructor == "bert-large"
+        config = transformers.BertConfig(hidden_size=1024 if large else 768, num_hidden_layers=24 if large else 12,
+                                         num_attention_heads=16 if large else 12, intermediate_size=4096 if large else 3072)
+
+        class LastHiddenState(nn.Module):
+            """BERT returning a tensor, as the other models do."""
+
+            def __init__(self, bert: nn.Module) -> None:
+                super().__init__()
+                self.bert = bert
+
+            def forward(self, input_ids):
+                return self.bert(input_ids=input_ids).last_hidden_state
+
+        return LastHiddenState(transformers.BertModel(config)), shape
+    except ImportError as exc:
+        raise ConfigError("--models", "models", name, f"needs the {library} package, which is not installed ({exc})") from exc
+
+
+def make_input(shape: tuple[int, ...], batch: int, device):
+    """A random input batch: token ids for a one-dimensional shape, else an image tensor."""
+    import torch
+    if len(shape) == 1:
+        return torch.randint(0, BERT_VOCABULARY, (batch, *shape), device=device)
+    return torch.randn((batch, *shape), device=device)
 
 
 def _resnet50(torch, nn):
@@ -61,32 +122,47 @@ def _resnet50(torch, nn):
     return nn.Sequential(*layers)
 
 
-def measure_ms(model, shape: tuple[int, ...], batch: int, device, iterations: int) -> np.ndarray:
-    """Per-batch latencies, ms: CUDA events on a GPU, wall clock otherwise."""
+def measure_ms(model, shape: tuple[int, ...], batch: int, device, iterations: int, host_input: bool = False) -> np.ndarray:
+    """Per-batch latencies, ms: CUDA events on a GPU, wall clock otherwise.
+
+    :param host_input: the batch starts in host memory and its copy to the device is timed,
+        as a server's would be; else it is already on the device
+    """
     import torch
-    x = torch.randn((batch, *shape), device=device)
+    x = make_input(shape, batch, "cpu" if host_input else device)
     times = []
     with torch.inference_mode():
         for _ in range(WARMUP_ITERATIONS):
-            model(x)
+            model(x.to(device))
         for _ in range(iterations):
             if device.type == "cuda":
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                model(x)
+                model(x.to(device))
                 end.record()
                 torch.cuda.synchronize(device)
                 times.append(start.elapsed_time(end))
             else:
                 t0 = time.perf_counter()
-                model(x)
+                model(x.to(device))
                 times.append(1000.0 * (time.perf_counter() - t0))
     return np.array(times)
 
 
+def precision_settings() -> dict[str, bool]:
+    """PyTorch's TF32 switches, which set how fast fp32 convolutions and matmuls run on Ampere+."""
+    import torch
+    return {"cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
+
+
 def profile_models(models: list[str], batches: list[int], device_name: str, out_dir: Path, instance: str = "whole",
-                   iterations: int = 50) -> Path:
-    """Measure every (model, batch) and write ``out_dir/latency.csv``; returns its path."""
+                   iterations: int = 50, host_input: bool = False) -> Path:
+    """Measure every (model, batch) and write ``out_dir/latency.csv``; returns its path.
+
+    A batch that does not fit in the device's memory is left out (and named on stderr), as
+    ParvaGPU's profile leaves such rows out.
+    """
     import torch
     if iterations < 2 or any(b < 1 for b in batches):
         raise ConfigError("--batches/--iterations", "batches", batches, "batches >= 1 and iterations >= 2")
@@ -102,8 +178,13 @@ def profile_models(models: list[str], batches: list[int], device_name: str, out_
         model = model.to(device).eval()
         for batch in batches:
             if device.type == "cuda":
+                torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
-            ms = measure_ms(model, shape, batch, device, iterations)
+            try:
+                ms = measure_ms(model, shape, batch, device, iterations, host_input)
+            except torch.cuda.OutOfMemoryError:
+                print(f"{name} batch {batch}: out of device memory, left out", file=sys.stderr)
+                continue
             if device.type == "cuda":
                 mem_mib = torch.cuda.max_memory_allocated(device) / 2**20
             else:
@@ -114,7 +195,9 @@ def profile_models(models: list[str], batches: list[int], device_name: str, out_
             rows.append({"model_name": name, "batch_size": batch, "latency": round(p99, 4), "latency_mean": round(float(ms.mean()), 4),
                          "latency_std": round(float(ms.std()), 4), "throughput": round(batch * 1000.0 / float(ms.mean()), 3),
                          "mig_profile": instance, "fb_used_mean": round(mem_mib, 3),
-                         "device": device_name})
+                         "device": device_name, "host_input": host_input, **precision_settings()})
+    if not rows:
+        raise ConfigError("--batches", "batches", batches, "no batch fitted in the device's memory")
     out_dir.mkdir(parents=True, exist_ok=True)
     gpcs = 0 if instance == "whole" else int(instance.split("g", 1)[0]) if instance.split("g", 1)[0].isdigit() else None
     if gpcs is None:
