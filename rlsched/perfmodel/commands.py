@@ -106,8 +106,12 @@ def cmd_calibrate_profile(args: argparse.Namespace) -> int:
         batches = [int(b) for b in args.batches.split(",")]
     except ValueError as exc:
         raise ConfigError("--batches", "batches", args.batches, "expected comma-separated integers, e.g. 1,2,4") from exc
+    try:
+        sm_limits = [int(n) for n in args.sm_limits.split(",")] if args.sm_limits else None
+    except ValueError as exc:
+        raise ConfigError("--sm-limits", "sm_limits", args.sm_limits, "expected comma-separated integers, e.g. 16,32,64") from exc
     path = profile_models(args.models.split(","), batches, args.device, Path(args.out), args.instance, args.iterations,
-                          args.host_input)
+                          args.host_input, sm_limits)
     print(f"wrote {path}", file=sys.stderr)
     return 0
 
@@ -202,6 +206,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, default=50)
     p.add_argument("--host-input", action="store_true",
                    help="each batch starts in host memory and its copy to the device is timed, as a server's is")
+    p.add_argument("--sm-limits", default=None,
+                   help="also measure on these SM counts (CUDA green contexts, no MIG or MPS change), e.g. 16,32,64: "
+                        "such rows let the fit identify each model's memory-bound share")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_calibrate_profile)
     p = csub.add_parser("compare", help="a measured profile beside the model's prediction (a calibration's transfer error)")

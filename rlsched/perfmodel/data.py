@@ -182,7 +182,10 @@ def read_miso(data_dir: Path) -> list[SliceMeasurement]:
 # ---- a user's full-GPU profile -----------------------------------------------------------
 # One documented format (docs/calibration-sources.md), ParvaGPU's prof_data columns: one row
 # per (model, batch, process count) on ONE instance of the GPU (mig_gpcs = its compute slices,
-# 0 = the whole GPU without MIG). An all-zero row means "not measured" and is skipped.
+# 0 = the whole GPU without MIG). An all-zero row means "not measured" and is skipped. An
+# optional ``sm_limit`` column (empty or 0 = none) marks rows whose kernels ran on that many
+# SMs of the instance with all of its DRAM bandwidth (a CUDA green context:
+# ``rlsched calibrate profile --sm-limits``).
 FULL_GPU_PROFILE_FILE = "full_gpu_profile.csv"
 FULL_GPU_COLUMNS = ("model", "mig_gpcs", "batch", "mps_processes", "throughput_per_process", "latency_s")
 
@@ -198,6 +201,8 @@ class FullGpuMeasurement:
     :param latency_ms: mean per-batch time of ONE process, ms (batch * 1000 / throughput,
         more precise than the rounded ``latency_s`` column)
     :param memory_gib: device memory of one process, GiB (None when not reported)
+    :param sm_limit: SMs the process's kernels were limited to, with the instance's whole
+        DRAM bandwidth (None = the instance's SMs)
     """
 
     model: str
@@ -206,6 +211,7 @@ class FullGpuMeasurement:
     processes: int
     latency_ms: float
     memory_gib: float | None = None
+    sm_limit: int | None = None
 
 
 def read_full_gpu_profile(path: Path) -> list[FullGpuMeasurement]:
@@ -234,8 +240,11 @@ def read_full_gpu_profile(path: Path) -> list[FullGpuMeasurement]:
         if gpcs != int(gpcs):
             raise ConfigError(path, f"row {i + 2}.mig_gpcs", row["mig_gpcs"], "expected an integer (0 = whole GPU, no MIG)")
         mem = _number(path, i, row, "memory_mib", allow_empty=True) if "memory_mib" in row else None
+        sm_limit = _number(path, i, row, "sm_limit", allow_empty=True) if "sm_limit" in row else None
+        if sm_limit is not None and sm_limit != int(sm_limit):
+            raise ConfigError(path, f"row {i + 2}.sm_limit", row["sm_limit"], "expected an integer (empty or 0 = no limit)")
         out.append(FullGpuMeasurement(row["model"], int(gpcs), int(batch), int(procs), 1000.0 * batch / tput,
-                                      None if mem is None else mem / MIB_PER_GIB))
+                                      None if mem is None else mem / MIB_PER_GIB, int(sm_limit) if sm_limit else None))
     if not out:
         raise ConfigError(path, "<rows>", None, "no measured row (every row is empty or all zero)")
     return out

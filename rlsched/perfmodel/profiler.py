@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -156,9 +157,40 @@ def precision_settings() -> dict[str, bool]:
             "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
 
 
+@contextmanager
+def sm_limited(device, sm_count: int | None):
+    """Run the block's CUDA work on ``sm_count`` SMs of ``device`` with all of its DRAM bandwidth.
+
+    A CUDA green context (CUDA 12.4+, a PyTorch built with them; on compute capability 9.0
+    SM counts are multiples of 8): neither MIG nor MPS is touched, so an operator can measure
+    how a model slows on fewer SMs without reconfiguring the GPU. Such rows identify the
+    memory-bound fraction that a full-GPU profile alone cannot. ``None``: no limit.
+    """
+    if sm_count is None:
+        yield
+        return
+    import torch
+    if device.type != "cuda":
+        raise ConfigError("--sm-limits", "sm_limits", sm_count, f"needs a CUDA device, not {device}")
+    try:
+        from torch.cuda.green_contexts import GreenContext
+        context = GreenContext.create(num_sms=sm_count, device_id=device.index or 0)
+        context.set_context()
+    except (ImportError, RuntimeError, TypeError) as exc:
+        raise ConfigError("--sm-limits", "sm_limits", sm_count, f"cannot create a CUDA green context of that many SMs: {exc}") from exc
+    try:
+        with torch.cuda.stream(context.Stream()):
+            yield
+    finally:
+        context.pop_context()
+
+
 def profile_models(models: list[str], batches: list[int], device_name: str, out_dir: Path, instance: str = "whole",
-                   iterations: int = 50, host_input: bool = False) -> Path:
+                   iterations: int = 50, host_input: bool = False, sm_limits: list[int] | None = None) -> Path:
     """Measure every (model, batch) and write ``out_dir/latency.csv``; returns its path.
+
+    :param sm_limits: also measure every (model, batch) with the kernels limited to each of
+        these SM counts (:func:`sm_limited`); the rows carry it in an ``sm_limit`` column
 
     A batch that does not fit in the device's memory is left out (and named on stderr), as
     ParvaGPU's profile leaves such rows out.
@@ -166,49 +198,64 @@ def profile_models(models: list[str], batches: list[int], device_name: str, out_
     import torch
     if iterations < 2 or any(b < 1 for b in batches):
         raise ConfigError("--batches/--iterations", "batches", batches, "batches >= 1 and iterations >= 2")
+    if any(limit < 1 for limit in sm_limits or []):
+        raise ConfigError("--sm-limits", "sm_limits", sm_limits, "SM counts >= 1")
+    gpcs = 0 if instance == "whole" else int(instance.split("g", 1)[0]) if instance.split("g", 1)[0].isdigit() else None
+    if gpcs is None:
+        raise ConfigError("--instance", "instance", instance, "expected 'whole' or a MIG profile name such as 7g.80gb")
     try:
         device = torch.device(device_name)
     except RuntimeError as exc:
         raise ConfigError("--device", "device", device_name, str(exc)) from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device", "device", device_name, "CUDA not available on this machine")
+    if sm_limits and device.type != "cuda":
+        raise ConfigError("--sm-limits", "sm_limits", sm_limits, f"needs a CUDA device, not {device_name}")
     rows = []
-    for name in models:
-        model, shape = build_model(name)
-        model = model.to(device).eval()
-        for batch in batches:
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats(device)
-            try:
-                ms = measure_ms(model, shape, batch, device, iterations, host_input)
-            except torch.cuda.OutOfMemoryError:
-                print(f"{name} batch {batch}: out of device memory, left out", file=sys.stderr)
-                continue
-            if device.type == "cuda":
-                mem_mib = torch.cuda.max_memory_allocated(device) / 2**20
-            else:
-                # No allocator statistics off-GPU: weights + one input batch, a lower bound.
-                weights = sum(t.numel() * t.element_size() for t in model.parameters())
-                mem_mib = (weights + batch * 4 * int(np.prod(shape))) / 2**20
-            p99 = float(np.percentile(ms, 99))
-            rows.append({"model_name": name, "batch_size": batch, "latency": round(p99, 4), "latency_mean": round(float(ms.mean()), 4),
-                         "latency_std": round(float(ms.std()), 4), "throughput": round(batch * 1000.0 / float(ms.mean()), 3),
-                         "mig_profile": instance, "fb_used_mean": round(mem_mib, 3),
-                         "device": device_name, "host_input": host_input, **precision_settings()})
+    for limit in [None, *(sm_limits or [])]:
+        with sm_limited(device, limit):
+            for name in models:
+                rows += _profile_model(name, batches, device, iterations, host_input, instance, limit)
     if not rows:
         raise ConfigError("--batches", "batches", batches, "no batch fitted in the device's memory")
     out_dir.mkdir(parents=True, exist_ok=True)
-    gpcs = 0 if instance == "whole" else int(instance.split("g", 1)[0]) if instance.split("g", 1)[0].isdigit() else None
-    if gpcs is None:
-        raise ConfigError("--instance", "instance", instance, "expected 'whole' or a MIG profile name such as 7g.80gb")
     full = [{"model": r["model_name"], "mig_gpcs": gpcs, "batch": r["batch_size"], "mps_processes": 1,
              "throughput_per_process": r["throughput"], "latency_s": round(r["latency_mean"] / 1000.0, 6),
-             "memory_mib": r["fb_used_mean"]} for r in rows]
-    _write_csv(out_dir / FULL_GPU_PROFILE_FILE, [*FULL_GPU_COLUMNS, "memory_mib"], full)
+             "memory_mib": r["fb_used_mean"], "sm_limit": r["sm_limit"]} for r in rows]
+    _write_csv(out_dir / FULL_GPU_PROFILE_FILE, [*FULL_GPU_COLUMNS, "memory_mib", "sm_limit"], full)
     path = out_dir / PROFILE_FILE
     _write_csv(path, list(rows[0]), rows)
     return path
+
+
+def _profile_model(name: str, batches: list[int], device, iterations: int, host_input: bool, instance: str,
+                   sm_limit: int | None) -> list[dict]:
+    """One model's rows (``latency.csv`` columns), built and measured in the current context."""
+    import torch
+    model, shape = build_model(name)
+    model = model.to(device).eval()
+    rows = []
+    for batch in batches:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        try:
+            ms = measure_ms(model, shape, batch, device, iterations, host_input)
+        except torch.cuda.OutOfMemoryError:
+            print(f"{name} batch {batch}: out of device memory, left out", file=sys.stderr)
+            continue
+        if device.type == "cuda":
+            mem_mib = torch.cuda.max_memory_allocated(device) / 2**20
+        else:
+            # No allocator statistics off-GPU: weights + one input batch, a lower bound.
+            weights = sum(t.numel() * t.element_size() for t in model.parameters())
+            mem_mib = (weights + batch * 4 * int(np.prod(shape))) / 2**20
+        p99 = float(np.percentile(ms, 99))
+        rows.append({"model_name": name, "batch_size": batch, "latency": round(p99, 4), "latency_mean": round(float(ms.mean()), 4),
+                     "latency_std": round(float(ms.std()), 4), "throughput": round(batch * 1000.0 / float(ms.mean()), 3),
+                     "mig_profile": instance, "fb_used_mean": round(mem_mib, 3), "device": str(device),
+                     "host_input": host_input, "sm_limit": sm_limit or "", **precision_settings()})
+    return rows
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:

@@ -16,6 +16,7 @@ Sources (never pooled, per ../shared/data/SOURCES.md):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -442,25 +443,46 @@ def _profiled_instance(gpu: GpuSpec, gpcs: int, path: Path, model: str) -> tuple
     return float(prof.sm_count), prof.memory_slices / gpu.memory_slices
 
 
-def full_gpu_observations(points: list[raw.FullGpuMeasurement], gpu: GpuSpec, path: Path) -> dict[str, Observations]:
-    """Observations of a full-GPU profile; k processes get a 1/k share of SMs and bandwidth.
+def _profile_group(point: raw.FullGpuMeasurement, limited: bool) -> int | str:
+    """A profile row's cross-validation group: its process count, and its SM limit if any row has one."""
+    if not limited:
+        return point.processes
+    sms = f"{point.sm_limit} SMs" if point.sm_limit else "all SMs"
+    return sms if point.processes == 1 else f"{point.processes} processes, {sms}"
 
-    The cross-validation group of a row is its process count. Raises :class:`ConfigError`
-    when a model's single-process batch sweep is too short to fit.
+
+def full_gpu_observations(points: list[raw.FullGpuMeasurement], gpu: GpuSpec, path: Path) -> dict[str, Observations]:
+    """Observations of a full-GPU profile; k processes get a 1/k share of SMs and bandwidth, and
+    an SM-limited row its SMs with the instance's whole bandwidth.
+
+    The cross-validation group of a row is its process count (and its SM limit where the
+    profile has SM-limited rows). Raises :class:`ConfigError` when a model's single-process
+    batch sweep is too short to fit.
     """
+    limited = any(p.sm_limit for p in points)
     out = {}
     for model in sorted({p.model for p in points}):
         pts = [p for p in points if p.model == model]
-        batches = sorted({p.batch for p in pts if p.processes == 1})
+        batches = sorted({p.batch for p in pts if p.processes == 1 and not p.sm_limit})
         if len(batches) < MIN_PROFILE_BATCHES:
             raise ConfigError(path, f"{model}.batch", batches,
                               f"single-process batch sweep too short to fit: needs >= {MIN_PROFILE_BATCHES} distinct batch sizes")
         inst = [_profiled_instance(gpu, p.mig_gpcs, path, model) for p in pts]
+        sms = np.array([min(i[0], p.sm_limit or i[0]) for i, p in zip(inst, pts)])
         k = np.array([p.processes for p in pts], float)
         out[model] = Observations(np.array([p.batch for p in pts], float),
-                                  Resources(np.array([i[0] for i in inst]) / k, float(gpu.sm_count), 1.0, np.array([i[1] for i in inst]) / k),
-                                  np.array([p.latency_ms for p in pts]), k.astype(int))
+                                  Resources(sms / k, float(gpu.sm_count), 1.0, np.array([i[1] for i in inst]) / k),
+                                  np.array([p.latency_ms for p in pts]), np.array([_profile_group(p, limited) for p in pts]))
     return out
+
+
+def _memory_bound_fitted(spec: FitSpec) -> FitSpec:
+    """``spec`` with the memory-bound fraction fitted per model: SM-limited rows (fewer SMs, the
+    same bandwidth) separate the work that scales with SMs from the work that scales with
+    bandwidth, which the process counts cannot (they divide both alike)."""
+    fixed = {k: v for k, v in spec.fixed.items() if k != "memory_bound_fraction"}
+    return replace(spec, per_model=(*spec.per_model, "memory_bound_fraction"), fixed=fixed,
+                   start={**spec.start, "memory_bound_fraction": 0.2}, bounds={**spec.bounds, "memory_bound_fraction": (0.0, 1.0)})
 
 
 def _full_gpu_memory(points: list[raw.FullGpuMeasurement]) -> dict[str, dict[str, Any]]:
@@ -484,6 +506,11 @@ SLICE_INFERENCE_NOTE = (
     "on MIGProfiler (the same procedure with its 7g.80gb rows only) is in rlsched calibrate report.")
 
 
+SM_LIMIT_NOTE = (
+    " This profile also has SM-limited rows (kernels on fewer SMs with the whole bandwidth, CUDA green contexts): "
+    "they identify each model's memory-bound fraction, which is fitted instead of held at 0.")
+
+
 def fit_full_gpu_profile(path: Path, gpu_name: str, source: str, citation: str, raw_file: str) -> dict[str, Any]:
     """Calibration document from a full-GPU profile CSV (format: :data:`raw.FULL_GPU_COLUMNS`).
 
@@ -493,26 +520,32 @@ def fit_full_gpu_profile(path: Path, gpu_name: str, source: str, citation: str, 
     gpu = load_gpu(gpu_name)
     points = raw.read_full_gpu_profile(path)
     obs = full_gpu_observations(points, gpu, path)
-    multi = all(len(set(o.group.tolist())) > 1 for o in obs.values())
+    multi = all(len({p.processes for p in points if p.model == m}) > 1 for m in obs)
+    limited = any(p.sm_limit for p in points)
     spec = FULL_GPU_MULTI_SPEC if multi else FULL_GPU_SINGLE_SPEC
+    if limited:
+        spec = _memory_bound_fitted(spec)
     params = _fit_each(obs, spec)
     fitted = {m: latency_ms(params[m], o.batch, o.resources) for m, o in obs.items()}
     error: dict[str, Any] = {
         "in_sample_mape_pct": round(mape_pct(np.concatenate(list(fitted.values())), np.concatenate([o.latency_ms for o in obs.values()])), 2),
         "in_sample_throughput_mape_pct": round(_throughput_mape(np.concatenate(list(fitted.values())), np.concatenate([o.latency_ms for o in obs.values()])), 2),
-        "latency_metric": "mean", "spec": "multi-process" if multi else "single-process"}
-    if multi:
+        "latency_metric": "mean", "spec": ("multi-process" if multi else "single-process") + (", SM-limited rows" if limited else "")}
+    if multi or limited:
         cv = cross_validate(obs, lambda train: {m: (lambda o, p=p: latency_ms(p, o.batch, o.resources))
                                                 for m, p in _fit_each(train, spec).items()})
-        error.update({"cv_scheme": "leave-one-process-count-out", "cv_mape_pct": round(cv.pooled_pct, 2),
+        scheme = {(True, False): "leave-one-process-count-out", (False, True): "leave-one-SM-limit-out",
+                  (True, True): "leave-one-(process count, SM limit)-out"}[(multi, limited)]
+        error.update({"cv_scheme": scheme, "cv_mape_pct": round(cv.pooled_pct, 2),
                       "cv_per_model_mape_pct": {m: round(v, 2) for m, v in cv.per_model_pct.items()},
-                      "cv_per_held_out_group_mape_pct": {f"{k} processes": round(v, 2) for k, v in cv.per_fold_pct.items()},
+                      "cv_per_held_out_group_mape_pct": {k if limited else f"{k} processes": round(v, 2) for k, v in cv.per_fold_pct.items()},
                       "cv_points": cv.n_points})
     else:
         error.update({"cv_scheme": "none (one process count: in-sample only)", "cv_mape_pct": error["in_sample_mape_pct"]})
     models = _models_doc(params, "inference", "mean", _full_gpu_memory(points), error)
+    note = SLICE_INFERENCE_NOTE + (SM_LIMIT_NOTE if limited else "")
     return {"source": source, "gpu": gpu.name, "citation": citation, "raw_files": {"profile": raw_file},
-            "slice_behaviour": "inferred", "slice_inference": SLICE_INFERENCE_NOTE, "transfer": TRANSFER_NOTE,
+            "slice_behaviour": "inferred", "slice_inference": note, "transfer": TRANSFER_NOTE,
             "inference": models, "training": {}, "fit_error": {"full_gpu": error}}
 
 
