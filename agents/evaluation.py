@@ -44,7 +44,8 @@ from rlsched.simulator.perf import PerformanceModelLike
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import Priority
 
-METRICS = ("goodput", "goodput_vs_hindsight", "goodput_vs_static_best", "slo_attainment", "slo_attainment_high", "latency_ms_p99",
+METRICS = ("goodput", "goodput_vs_hindsight", "goodput_vs_static_best", "goodput_vs_static_best_rankings",
+           "slo_attainment", "slo_attainment_high", "latency_ms_p99",
            "reconfigurations", "repair_rate", "decision_ms_p50", "decision_ms_p99", "goodput_per_episode")
 #: Policies that search the whole episode in hindsight, seeded with the other policies'
 #: trajectories: they run last, and are never the reference of the paired comparison.
@@ -144,6 +145,7 @@ def metrics(episodes: Sequence[Episode]) -> dict[str, float | None]:
         "goodput": _mean([e.goodput for e in episodes]),
         "goodput_vs_hindsight": None,
         "goodput_vs_static_best": None,
+        "goodput_vs_static_best_rankings": None,
         "slo_attainment": _mean([e.on_time / e.decided if e.decided else math.nan for e in episodes]),
         "slo_attainment_high": _mean([e.on_time_high / e.decided_high if e.decided_high else math.nan for e in episodes]),
         "latency_ms_p99": _mean([e.latency_ms_p99 for e in episodes]),
@@ -179,6 +181,26 @@ def paired_comparison(table: dict[str, dict[str, Any]]) -> dict[str, Any] | None
         rows[name] = {"mean": float(diff.mean()), "stderr": float(diff.std(ddof=1) / math.sqrt(len(diff))),
                       "better": int((diff > 0).sum()), "equal": int((diff == 0).sum()), "worse": int((diff < 0).sum())}
     return {"reference": reference, "policies": rows}
+
+
+#: The references every policy's Goodput is divided by, when the table holds them: the hindsight
+#: search (what dynamics could earn), the best fixed configuration in hindsight, and the best
+#: fixed configuration over every grouping of the busiest tenants (the fixed reference where
+#: which tenants share an instance decides much of the Goodput).
+REFERENCES = (("hindsight", "goodput_vs_hindsight"), ("static-best", "goodput_vs_static_best"),
+              ("static-best-rankings", "goodput_vs_static_best_rankings"))
+
+
+def set_ratios(result: dict[str, Any]) -> None:
+    """Fill every row's ratios to the references present (:data:`REFERENCES`) and the headroom."""
+    table = result["policies"]
+    for reference, column in REFERENCES:
+        base = table.get(reference, {}).get("goodput")
+        for row in table.values():
+            if "n/a" not in row:
+                row[column] = row["goodput"] / base if base and row.get("goodput") is not None else None
+    if table.get("hindsight", {}).get("goodput_vs_static_best") is not None:
+        result["headroom"] = table["hindsight"]["goodput_vs_static_best"]
 
 
 def evaluate(
@@ -234,16 +256,10 @@ def evaluate(
     table: dict[str, dict[str, Any]] = {}
     for name in policies:
         table[name] = metrics(runs[name]) if name in runs else {"n/a": unavailable[name]}
-    for reference, column in (("hindsight", "goodput_vs_hindsight"), ("static-best", "goodput_vs_static_best")):
-        base = table.get(reference, {}).get("goodput")
-        for row in table.values():
-            if base and row.get("goodput") is not None:
-                row[column] = row["goodput"] / base
     result: dict[str, Any] = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table}
     if family is None:
         result.update(scenario_identity(env.scenario), perf_model=perf_model if isinstance(perf_model, str) else type(perf_model).__name__)
-    if table.get("hindsight", {}).get("goodput_vs_static_best") is not None:
-        result["headroom"] = table["hindsight"]["goodput_vs_static_best"]
+    set_ratios(result)
     paired = paired_comparison(table)
     if paired is not None:
         result["paired"] = paired
@@ -291,7 +307,7 @@ def suite_summary(results: dict[str, dict[str, Any]], policies: Sequence[str]) -
         rows = {scenario: r["policies"][name] for scenario, r in results.items()}
         ran = {scenario: row for scenario, row in rows.items() if "n/a" not in row}
         entry: dict[str, Any] = {"scenarios": len(ran), "n/a": {s: row["n/a"] for s, row in rows.items() if "n/a" in row}}
-        for column in ("goodput_vs_static_best", "goodput_vs_hindsight"):
+        for column in ("goodput_vs_static_best", "goodput_vs_hindsight", "goodput_vs_static_best_rankings"):
             ratios = [row[column] for row in ran.values() if row.get(column) is not None]
             bad = sum(r <= 0 for r in ratios)
             entry[f"{column}_geomean"] = float(np.exp(np.mean(np.log(ratios)))) if ratios and not bad else None
@@ -316,21 +332,24 @@ def format_suite(result: dict[str, Any]) -> str:
         goodput = {p: table.get(p, {}).get("goodput") for p in ("static-best", "hindsight")}
         lines.append(f"| {name} | {'-' if value is None else format(value, '.3f')} | "
                      + " | ".join("-" if goodput[p] is None else format(goodput[p], ",.0f") for p in ("static-best", "hindsight")) + " |")
+    rankings = "static-best-rankings" in result["summary"]
     lines += ["", f"### Summary over {len(result['scenarios'])} scenarios", "",
-              "| policy | vs static-best (geomean) | vs hindsight (geomean) | worst SLO att. (high) | worst decision ms p99 | n/a |",
-              "|---|---:|---:|---:|---:|---|"]
+              "| policy | vs static-best (geomean) " + ("| vs static-best-rankings (geomean) " if rankings else "")
+              + "| vs hindsight (geomean) | worst SLO att. (high) | worst decision ms p99 | n/a |",
+              "|---|---:|---:|---:|---:|" + ("---:|" if rankings else "") + "---|"]
 
     def ratio(entry: dict[str, Any], column: str) -> str:
-        value = entry[f"{column}_geomean"]
+        value = entry.get(f"{column}_geomean")
         if value is not None:
             return f"{value:.3f}"
-        bad = entry[f"{column}_scenarios_at_or_below_zero"]
+        bad = entry.get(f"{column}_scenarios_at_or_below_zero")
         return f"<= 0 on {bad}" if bad else "-"
 
     for name, entry in result["summary"].items():
         worst = entry["slo_attainment_high_worst"]
         p99 = entry["decision_ms_p99_worst"]
-        lines.append(f"| {name} | {ratio(entry, 'goodput_vs_static_best')} | {ratio(entry, 'goodput_vs_hindsight')} "
+        rankings_cell = f"| {ratio(entry, 'goodput_vs_static_best_rankings')} " if rankings else ""
+        lines.append(f"| {name} | {ratio(entry, 'goodput_vs_static_best')} {rankings_cell}| {ratio(entry, 'goodput_vs_hindsight')} "
                      f"| {'-' if worst is None else format(worst, '.3f')} | {'-' if p99 is None else format(p99, '.1f')} | {len(entry['n/a']) or ''} |")
     return "\n".join(lines)
 
@@ -444,16 +463,8 @@ def rerun_hindsight(result: dict[str, Any], source: str = "eval JSON", progress:
         others["hindsight (earlier search)"] = runs["hindsight"]
         runs["hindsight"] = [run_episode(env, "hindsight", seed, bar, {name: eps[k].configurations for name, eps in others.items()})
                              for k, seed in enumerate(seeds)]
-        table = res["policies"]
-        table["hindsight"] = metrics(runs["hindsight"])
-        base, static_best = table["hindsight"]["goodput"], table.get("static-best", {}).get("goodput")
-        for row in table.values():
-            if row.get("goodput") is not None:
-                row["goodput_vs_hindsight"] = row["goodput"] / base if base else None
-                if static_best:
-                    row["goodput_vs_static_best"] = row["goodput"] / static_best
-        if static_best:
-            res["headroom"] = table["hindsight"]["goodput_vs_static_best"]
+        res["policies"]["hindsight"] = metrics(runs["hindsight"])
+        set_ratios(res)
         res.setdefault("reports", {})["hindsight"] = [e.report for e in runs["hindsight"]]
         res["trajectories"] = trajectories_json(runs)
     bar.close()
@@ -462,22 +473,62 @@ def rerun_hindsight(result: dict[str, Any], source: str = "eval JSON", progress:
     return result
 
 
+def add_policies(result: dict[str, Any], policies: Sequence[str], source: str = "eval JSON", progress: bool = True) -> dict[str, Any]:
+    """An evaluation result with more policies: each runs on every recorded episode (same
+    scenario file, same seeds), and its rows, ratios, reports and trajectories join the
+    others'; the paired comparison and a suite's summary are recomputed. The recorded
+    policies are not run again, and the input is not changed. A hindsight search cannot be
+    added this way (it is seeded by the others: ``rerun_hindsight``), nor a policy already there."""
+    from tqdm import tqdm
+
+    result = json.loads(json.dumps(result))  # a copy
+    recorded = _recorded(result, source)
+    for name in policies:
+        if name in HINDSIGHT_POLICIES:
+            raise ConfigError(source, "--add-policies", name, "a hindsight search is searched again with --rerun-hindsight, not added")
+        if any(name in res["policies"] for res, _, _ in recorded):
+            raise ConfigError(source, "--add-policies", name, "the result already has this policy")
+    seeds = {id(res): sorted({e.seed for eps in runs.values() for e in eps}) for res, _, runs in recorded}
+    bar = tqdm(total=sum(env.scenario.steps * len(seeds[id(res)]) * len(policies) for res, env, _ in recorded),
+               desc="add", unit="step", disable=not progress, mininterval=1.0)
+    for res, env, runs in recorded:
+        for name in policies:
+            bar.set_postfix_str(f"{res['scenario']}: {name}")
+            runs[name] = [run_episode(env, name, seed, bar) for seed in seeds[id(res)]]
+            res["policies"][name] = metrics(runs[name])
+            reports = [e.report for e in runs[name]]
+            if any(reports):
+                res.setdefault("reports", {})[name] = reports
+        set_ratios(res)
+        paired = paired_comparison(res["policies"])
+        if paired is not None:
+            res["paired"] = paired
+        res["trajectories"] = trajectories_json(runs)
+    bar.close()
+    if "scenarios" in result and "summary" in result:
+        result["summary"] = suite_summary(result["scenarios"], [*result["summary"], *policies])
+    return result
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The metrics as a Markdown table (the README shows one)."""
-    header = ("| policy | Goodput | vs hindsight | vs static-best | SLO att. | SLO att. (high) | p99 ms | reconfigs | repair rate "
-              "| decision ms p50 | p99 |")
-    lines = [header, "|---|" + "---:|" * 10]
+    # The best fixed grouping is a column only where it ran (it is not in ``all``: it is slow).
+    rankings = "static-best-rankings" in result["policies"]
+    header = ("| policy | Goodput | vs hindsight | vs static-best " + ("| vs static-best-rankings " if rankings else "")
+              + "| SLO att. | SLO att. (high) | p99 ms | reconfigs | repair rate | decision ms p50 | p99 |")
+    lines = [header, "|---|" + "---:|" * (11 if rankings else 10)]
 
     def cell(value: float | None, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
     for name, m in result["policies"].items():
         if "n/a" in m:
-            lines.append(f"| {name} | n/a: {m['n/a']} |" + " |" * 9)
+            lines.append(f"| {name} | n/a: {m['n/a']} |" + " |" * (10 if rankings else 9))
             continue
+        rankings_cell = f"| {cell(m.get('goodput_vs_static_best_rankings'), '.3f')} " if rankings else ""
         lines.append(
             f"| {name} | {cell(m['goodput'], ',.0f')} | {cell(m['goodput_vs_hindsight'], '.3f')} | {cell(m['goodput_vs_static_best'], '.3f')} "
-            f"| {cell(m['slo_attainment'], '.3f')} | {cell(m['slo_attainment_high'], '.3f')} | {cell(m['latency_ms_p99'], '.1f')} "
+            f"{rankings_cell}| {cell(m['slo_attainment'], '.3f')} | {cell(m['slo_attainment_high'], '.3f')} | {cell(m['latency_ms_p99'], '.1f')} "
             f"| {cell(m['reconfigurations'], '.1f')} | {cell(m['repair_rate'], '.2f')} | {cell(m['decision_ms_p50'], '.2f')} | {cell(m['decision_ms_p99'], '.2f')} |"
         )
     if result.get("headroom") is not None:

@@ -230,3 +230,37 @@ def test_rerun_hindsight_searches_the_reference_again_from_the_recorded_policies
     capsys.readouterr()
     assert main(["eval", "--replay", str(new)]) == 0  # every trajectory, the new hindsight's included, reproduces
     assert "8 of 8 episodes reproduce" in capsys.readouterr().out
+
+
+def test_add_policies_runs_them_on_the_recorded_episodes_and_adds_the_best_fixed_grouping_column(tmp_path, capsys):
+    low, high = _tiny_variant(tmp_path, "tiny-low", 100), _tiny_variant(tmp_path, "tiny-high", 700)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"name: tiny\ndescription: two tiny nodes\nscenarios: [{low.name}, {high}]\n")
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    assert main(["eval", "--suite", str(suite), "--policies", "static-equal,static-best", "--episodes", "2", "--json", str(old),
+                 "--no-progress"]) == 0
+    before = json.loads(old.read_text())
+    assert "vs static-best-rankings" not in capsys.readouterr().out  # a column only where it ran
+    assert main(["eval", "--replay", str(old), "--add-policies", "static-best-rankings"]) == 2  # needs --json OUT
+    for bad in ("static-best", "hindsight"):  # already there; a search is searched again, not added
+        assert main(["eval", "--replay", str(old), "--add-policies", bad, "--json", str(new), "--no-progress"]) == 2
+        assert "--add-policies" in capsys.readouterr().err and not new.exists()
+    assert main(["eval", "--replay", str(old), "--add-policies", "static-best-rankings", "--json", str(new), "--no-progress"]) == 0
+    assert "vs static-best-rankings" in capsys.readouterr().out
+    assert json.loads(old.read_text()) == before  # the input is kept
+    after = json.loads(new.read_text())
+    for name, res in after["scenarios"].items():
+        table, was = res["policies"], before["scenarios"][name]["policies"]
+        rankings = table["static-best-rankings"]
+        assert len(rankings["goodput_per_episode"]) == 2  # seeds 0 and 1, as recorded
+        assert rankings["goodput"] >= table["static-best"]["goodput"] - 1e-6  # it searches a superset of static-best
+        for policy, row in table.items():
+            assert row["goodput_vs_static_best_rankings"] == pytest.approx(row["goodput"] / rankings["goodput"])
+            if policy != "static-best-rankings":
+                assert row["goodput_per_episode"] == was[policy]["goodput_per_episode"]  # not run again
+        assert "static-best-rankings" in res["paired"]["policies"] or res["paired"]["reference"] == "static-best-rankings"
+    ratios = [res["policies"]["static-equal"]["goodput_vs_static_best_rankings"] for res in after["scenarios"].values()]
+    summary = after["summary"]["static-equal"]
+    assert summary["goodput_vs_static_best_rankings_geomean"] == pytest.approx((ratios[0] * ratios[1]) ** 0.5)
+    assert main(["eval", "--replay", str(new)]) == 0  # the added trajectories reproduce too
+    assert "12 of 12 episodes reproduce" in capsys.readouterr().out

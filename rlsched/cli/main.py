@@ -148,13 +148,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     replay an earlier result (exit 1 when a Goodput does not reproduce)."""
     from rlsched.agents.evaluation import evaluate, evaluate_suite, format_suite, format_table, plot, policy_names, replay, write_json
 
-    if args.rerun_hindsight and (args.replay is None or args.json is None):
-        raise RlschedError("--rerun-hindsight needs --replay EVAL.json (the result) and --json OUT (the updated result)")
+    if (args.rerun_hindsight or args.add_policies) and (args.replay is None or args.json is None):
+        raise RlschedError("--rerun-hindsight and --add-policies need --replay EVAL.json (the result) and --json OUT (the updated result)")
     if args.replay is not None:
-        if args.rerun_hindsight:
-            from rlsched.agents.evaluation import rerun_hindsight
+        if args.rerun_hindsight or args.add_policies:
+            from rlsched.agents.evaluation import add_policies, rerun_hindsight
 
-            result = rerun_hindsight(_read_result(args.replay), args.replay, progress=not args.no_progress)
+            result = _read_result(args.replay)
+            if args.add_policies:  # first, so that a search run again is seeded with them too
+                result = add_policies(result, policy_names(args.add_policies), args.replay, progress=not args.no_progress)
+            if args.rerun_hindsight:
+                result = rerun_hindsight(result, args.replay, progress=not args.no_progress)
             print(format_suite(result) if "scenarios" in result else format_table(result))
             write_json(result, args.json)
             return 0
@@ -293,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rerun-hindsight", action="store_true",
                    help="with --replay and --json OUT: search the result's hindsight reference again (after the search changed), "
                    "seeded with the other policies' recorded configurations, and write the updated result to OUT")
+    p.add_argument("--add-policies", default=None, metavar="P1,P2",
+                   help="with --replay and --json OUT: run these policies on the result's recorded episodes (same scenario files "
+                   "and seeds) and write the result with them added, e.g. static-best-rankings (the best fixed grouping)")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="write the layout timeline and Goodput plot")
     p.add_argument("--plot-dir", default=None, metavar="DIR", help="write one plot per scenario, DIR/<scenario>.png")
     p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated")
