@@ -73,6 +73,21 @@ def test_compare_a_real_h100_profile_with_the_a100_transfer(capsys: pytest.Captu
     assert "vit" in table and "vgg19" not in table  # MIGProfiler calibrates resnet50, vit and bert-base only
 
 
+def test_compare_predicts_an_sm_limited_row_as_an_mps_share_of_its_instance() -> None:
+    """calibrate profile --sm-limits on the real H100: 16 of 132 SMs is predicted as a 12.1% MPS share."""
+    from rlsched.perfmodel.commands import compare_rows
+    rows = compare_rows(REAL_H100_PROFILE.parent / "h100-80gb-2026-11-26-sm-limits-cli-latency.csv", "h100-80gb", "parvagpu-a100-80gb")
+    assert {r["sm_limit"] for r in rows} == {None, 16, 64}
+    model = PerformanceModel.load()
+    for r in rows:
+        share = 100.0 * (r["sm_limit"] or 132) / 132
+        expected = model.predict("h100-80gb", f"{r['model']}@parvagpu-a100-80gb", r["batch"], None, share).latency_ms_mean
+        assert r["predicted_ms"] == pytest.approx(expected, abs=1e-3)
+    slow = {(r["model"], r["batch"]): r["measured_ms"] for r in rows if r["sm_limit"] == 16}
+    fast = {(r["model"], r["batch"]): r["measured_ms"] for r in rows if r["sm_limit"] is None}
+    assert all(slow[k] > 2 * fast[k] for k in slow if k[1] == 128)  # the limit took effect on the GPU
+
+
 def test_compare_names_the_file_when_the_source_calibrates_no_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "profile", "--models", "tiny-mlp", "--batches", "1,2", "--device", "cpu", "--iterations", "2",
                  "--out", str(tmp_path)]) == 0

@@ -123,8 +123,9 @@ def compare_rows(profile_csv: Path, gpu: str, source: str, calibration_dir: str 
     ``source`` does not calibrate are left out."""
     import csv
 
+    from rlsched.hardware.catalog import load_gpu
     from rlsched.perfmodel.model import PerformanceModel
-    model = PerformanceModel.load(calibration_dir)
+    model, spec = PerformanceModel.load(calibration_dir), load_gpu(gpu)
     try:
         with profile_csv.open(newline="") as handle:
             measured = list(csv.DictReader(handle))
@@ -134,15 +135,19 @@ def compare_rows(profile_csv: Path, gpu: str, source: str, calibration_dir: str 
     for row in measured:
         try:
             name, batch, mean_ms = row["model_name"], int(row["batch_size"]), float(row["latency_mean"])
-            instance = row["mig_profile"]
+            instance = None if row["mig_profile"] == "whole" else row["mig_profile"]
+            sm_limit = int(row.get("sm_limit") or 0)
+            instance_sms = spec.profiles[instance].sm_count if instance else spec.sm_count
         except (KeyError, ValueError) as exc:
-            raise ConfigError(str(profile_csv), "latency_mean", row, f"not a calibrate profile row: {exc}") from exc
+            raise ConfigError(str(profile_csv), "latency_mean", row, f"not a calibrate profile row of {gpu}: {exc}") from exc
+        # An SM-limited row (a green context) is an MPS share of its instance with no co-runner.
+        mps_pct = 100.0 * min(sm_limit, instance_sms) / instance_sms if sm_limit else 100.0
         try:
             used = model.calibration_for(gpu, model_key(name, source))
         except ConfigError:
             continue  # a model this source has no calibration of: the caller names it
-        predicted = model.predict(gpu, model_key(name, source), batch, None if instance == "whole" else instance)
-        rows.append({"model": name, "batch": batch, "instance": instance, "measured_ms": mean_ms,
+        predicted = model.predict(gpu, model_key(name, source), batch, instance, mps_pct)
+        rows.append({"model": name, "batch": batch, "instance": instance or "whole", "sm_limit": sm_limit or None, "measured_ms": mean_ms,
                      "predicted_ms": round(predicted.latency_ms_mean, 4), "source": used.file_name,
                      "error_pct": round(100.0 * (predicted.latency_ms_mean - mean_ms) / mean_ms, 2)})
     return rows

@@ -1,4 +1,5 @@
-"""Real-device latency profiler: plain-torch models, CUDA events (wall clock on CPU).
+"""Real-device latency profiler: torch models (built in, or torchvision/transformers ones),
+CUDA events (wall clock on CPU), optionally on fewer SMs (CUDA green contexts).
 
 Writes ``full_gpu_profile.csv`` (the documented full-GPU profile format, one process per row;
 see :data:`rlsched.perfmodel.data.FULL_GPU_COLUMNS`) and, for reference, ``latency.csv`` in the
@@ -27,7 +28,7 @@ WARMUP_ITERATIONS = 5
 #: Models built from torchvision or transformers when installed (neither is a dependency of
 #: rlsched), named as in ParvaGPU's full-GPU profile (``../shared/data/SOURCES.md``) so that a
 #: profile taken on another GPU compares with it row by row: name -> (library, constructor,
-#: input). Image inputs are (channels, height, width); ``tokens`` is BERT's sequence length 128.
+#: per-sample input shape): (channels, height, width) for an image, (128,) for BERT's token ids.
 LIBRARY_MODELS: dict[str, tuple[str, str, tuple[int, ...]]] = {
     "resnet101": ("torchvision", "resnet101", (3, 224, 224)),
     "resnet152": ("torchvision", "resnet152", (3, 224, 224)),
