@@ -342,6 +342,32 @@ def test_migrator_queue_serves_a_burst_in_priority_fill_where_migrator_ilp_gives
     assert linear.evaluate(chosen.configuration, [rates])[0] < 0.0
 
 
+def test_priority_fill_columns_find_the_priority_fill_layout_without_a_portfolio(default_env):
+    """The same burst: with priority-fill columns the MILP itself runs a GI in priority fill,
+    and its answer is valued exactly (the plan's value is the configuration's assessment)."""
+    from rlsched.agents.baselines.planners import uses_priority_fill
+
+    rates = {"resnet": 2000.0, "vgg": 160.0, "bert": 100.0, "alexnet": 220.0}
+    args = (default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
+    mps_only = Planner(*args, queueing_tail=True).plan([rates] * 3, None)
+    planner = Planner(*args, queueing_tail=True, priority_fill_columns=True)
+    plan = planner.plan([rates] * 3, None)
+    assert not uses_priority_fill(mps_only.configuration) and uses_priority_fill(plan.configuration)
+    assert plan.configuration.problems(default_env.tenant_names) == []
+    value, cost, hurdle = planner.assess(plan.configuration, [rates] * 3)
+    assert plan.value == pytest.approx(value) and plan.objective == pytest.approx(value - cost)
+    assert plan.objective > planner.assess(mps_only.configuration, [rates] * 3)[0] + 30_000  # about +36,000 per interval
+    # Every member of a priority-fill GI is one the simulator can run: the GI is held whole.
+    for g, modes in enumerate(plan.configuration.modes):
+        for i, mode in enumerate(modes):
+            members = plan.configuration.tenants_in(g, i)
+            if mode.value == "priority-fill":
+                assert members and sum(plan.configuration.placements[n].mps_pct for n in members) <= 100.0
+    default_env.reset(seed=0)
+    _, _, _, _, info = default_env.step_configuration(plan.configuration)
+    assert not info["repaired"]
+
+
 def test_a_share_is_valued_against_as_many_co_runners_as_its_gi_holds():
     # heldout-out-of-phase: vit with 25% of the H100's 7g beside bert and resnet at their largest
     # batch serves what the performance model gives with both co-runners (the simulator's

@@ -136,6 +136,28 @@ class MigratorIlp(Policy):
         plans from the smoothed rates alone)."""
 
 
+class MigratorPriorityFill(MigratorIlp):
+    """``migrator-ilp`` whose MILP may also run a GI in priority fill (FIKIT), as the best fixed
+    configurations of the suites do on 9 of 10 scenarios (opt-in; docs/planner-bursts.md, stop 41).
+
+    The planner's ``priority_fill_columns``: beside every MPS column, a column per tenant as a
+    GI's first (highest-priority) tenant, valued alone, and one per (filler, first tenant)
+    pair, valued in the idle time that first tenant leaves; a GI in priority fill holds no
+    MPS column. Where the MILP's answer uses priority fill, the exact valuation of the whole
+    configuration decides between it and the MPS-only answer. Everything else is
+    ``migrator-ilp``'s: the same forecast, value model and lookahead.
+
+    Departs from MIGRator (arXiv 2407.13126) as :class:`MigratorIlp` does, except that a GI
+    may run in priority fill, the mechanism of FIKIT (arXiv 2311.10359), which MIGRator does not use.
+    """
+
+    name = "migrator-pf"
+
+    def reset(self, env: GpuShareEnv) -> None:
+        self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, priority_fill_columns=True)
+        self.last_plan: Plan | None = None
+
+
 def queue_planner(env: GpuShareEnv) -> Planner:
     """The planner :class:`MigratorQueue` decides with (also what ``scripts/bench_value_model.py``
     measures as its ``queue`` model)."""

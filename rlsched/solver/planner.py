@@ -45,7 +45,8 @@ thread, fixed seed), built from a *value table*:
   (:meth:`Planner.payback_hurdle`).
 - Priority fill: whole configurations with priority-fill GIs (FIKIT) can be weighed against
   the MILP's answer (``candidates`` of :meth:`Planner.plan`), valued as the simulator
-  serves them (:meth:`Planner.priority_fill_values`).
+  serves them (:meth:`Planner.priority_fill_values`); with ``priority_fill_columns`` the
+  MILP itself may run a GI in priority fill (:meth:`Planner._priority_fill_columns`).
 
 Variables: per GPU one layout among the maximal ones (:func:`~rlsched.hardware.enumerate_layouts`,
 the one hardware model; plus the running layout), per tenant one option (GPU, GI placement,
@@ -58,7 +59,8 @@ runs yet.
 
 Departs from MIGRator: one configuration is held over the lookahead windows (a receding
 horizon re-planned every interval) rather than a per-window sequence; the MILP's GIs run in
-MPS mode (priority fill only as whole candidate configurations, time slicing not at all);
+MPS mode (priority fill only as whole candidate configurations or, with
+``priority_fill_columns``, as first-tenant and filler columns; time slicing not at all);
 co-location interference is priced with the worst co-runner; and the GI wait of a created
 instance is estimated from that GI alone (the simulator charges the GPU's whole change plan).
 """
@@ -202,6 +204,10 @@ class Planner:
         GI and tenant holds the GI to it (``migrator-queue``). The simulator sums the co-runners'
         L2 pressure, about 0.15-0.17 each at batch 32 whatever their share, so one co-runner
         valued vit's 25% of an H100 7g at 370 req/s where it serves 325 beside two.
+    :param priority_fill_columns: the MILP may also run a GI in priority fill (FIKIT): a
+        column per tenant as a GI's first tenant and per (filler, first tenant) pair
+        (:meth:`_priority_fill_columns`); the answer is kept only if the exact valuation
+        (:meth:`assess`) prefers it to the MPS-only MILP's
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
@@ -210,9 +216,10 @@ class Planner:
 
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
                  restart_backlog: bool = False, payback_margin: bool = False, queueing_tail: bool = False,
-                 co_runner_count: bool = False) -> None:
+                 co_runner_count: bool = False, priority_fill_columns: bool = False) -> None:
         self.restart_backlog, self.payback_margin, self.queueing_tail = restart_backlog, payback_margin, queueing_tail
         self.co_runner_count = co_runner_count
+        self.priority_fill_columns = priority_fill_columns
         self.scenario = scenario
         self.perf = perf_model
         self.memory_gib = memory_gib
@@ -685,13 +692,20 @@ class Planner:
         settled batch, which is busy nearly all the time; the minimum for a job (always busy)."""
         layout = configuration.layouts[g]
         gi = layout.instances[i] if len(layout) else None
-        profile = gi.profile if gi else None
+        names = configuration.tenants_in(g, i)
+        return self.priority_fill_member_values(gi.profile if gi else None, names, {n: configuration.placements[n].batch_size for n in names},
+                                                {n: configuration.placements[n].mps_pct for n in names}, rates, accuracy, rate_cv)
+
+    def priority_fill_member_values(self, profile: str | None, names: Sequence[str], batch: Mapping[str, int], mps_pct: Mapping[str, float],
+                                    rates: Sequence[Rates], accuracy: Mapping[str, float], rate_cv: Rates | None = None) -> dict[str, float]:
+        """:meth:`priority_fill_values` of the tenants ``names`` sharing one GI of ``profile`` in
+        priority fill, at these batches and nominal shares (the MILP's priority-fill columns
+        value a GI's first tenant alone and each filler beside its first tenant this way)."""
         slices = self._slices(profile)
-        members = sorted((self.scenario.tenant(n) for n in configuration.tenants_in(g, i)), key=lambda t: t.priority.rank)
+        members = sorted((self.scenario.tenant(n) for n in names), key=lambda t: t.priority.rank)
         first, fillers = members[0], members[1:]
-        batch = {t.name: configuration.placements[t.name].batch_size for t in members}
         others = tuple(CoRunner(t.model, min(batch[t.name], t.max_batch) if isinstance(t, InferenceTenant) else batch[t.name],
-                                configuration.placements[t.name].mps_pct) for t in fillers)
+                                mps_pct[t.name]) for t in fillers)
         values: dict[str, float] = {}
         idle = self.min_idle_fraction
         if isinstance(first, InferenceTenant):
@@ -815,6 +829,27 @@ class Planner:
         started = time.perf_counter()
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
+        config, value, cost, hurdle, columns, rows, status = self._milp_configuration(windows, current, accuracy, rate_cv,
+                                                                                       self.priority_fill_columns)
+        if any(mode == SharingMode.PRIORITY_FILL for modes in config.modes for mode in modes):
+            # The priority-fill columns value a first tenant alone and each filler beside its
+            # first tenant only: the exact valuation decides against the MPS-only answer.
+            mps = self._milp_configuration(windows, current, accuracy, rate_cv, False)
+            exact = self.assess_many([config, mps[0]], windows, current, accuracy, rate_cv)
+            best = int(np.argmax([v - c - h for v, c, h in exact]))
+            config = (config, mps[0])[best]
+            value, cost, hurdle = exact[best]
+            columns, rows = columns + mps[4], rows + mps[5]
+        for candidate in candidates:
+            v, c, h = self.assess(candidate, windows, current, accuracy, rate_cv)
+            if v - c - h > value - cost - hurdle:
+                config, value, cost, hurdle = candidate, v, c, h
+        return Plan(config, value - cost, value, cost, (time.perf_counter() - started) * 1e3, status, columns, rows, hurdle)
+
+    def _milp_configuration(self, windows: list[dict[str, float]], current: Configuration | None, accuracy: Mapping[str, float],
+                            rate_cv: Rates | None, priority_fill: bool) -> tuple[Configuration, float, float, float, int, int, str]:
+        """The MILP's configuration (one MILP per GPU once tenants run): (configuration, value,
+        cost, hurdle, columns, rows, HiGHS status)."""
         G = self.scenario.gpu_count
         if G == 1 or current is None:
             groups = [({t.name: tuple(range(G)) for t in self.scenario.tenants}, tuple(range(G)))]
@@ -827,35 +862,77 @@ class Planner:
                 groups[k % G][0][name] = (k % G,)
         layouts: list[Layout | None] = [None] * G
         placements: dict[str, TenantPlacement] = {}
+        filled: set[tuple[int, int]] = set()
         value = cost = hurdle = 0.0
         columns = rows = 0
         statuses = []
         for gpus_of, gpus in groups:
-            chosen, placed, v, c, h, milp, status = self._solve(windows, current, accuracy, gpus_of, gpus, rate_cv)
+            chosen, placed, pf, v, c, h, milp, status = self._solve(windows, current, accuracy, gpus_of, gpus, rate_cv, priority_fill)
             for g, layout in chosen.items():
                 layouts[g] = layout
             placements.update(placed)
+            filled |= pf
             value, cost, hurdle = value + v, cost + c, hurdle + h
             columns, rows = columns + milp.num_columns, rows + milp.num_rows
             statuses.append(status)
         chosen_layouts = tuple(layout for layout in layouts if layout is not None)
         assert len(chosen_layouts) == G
-        modes = tuple((SharingMode.MPS,) * (len(layout) if self.gpu.mig_supported else 1) for layout in chosen_layouts)
+        modes = tuple(tuple(SharingMode.PRIORITY_FILL if (g, i) in filled else SharingMode.MPS for i in range(len(layout) if self.gpu.mig_supported else 1))
+                      for g, layout in enumerate(chosen_layouts))
         config = Configuration(chosen_layouts, modes, {t.name: placements[t.name] for t in self.scenario.tenants})
         status = next((s_ for s_ in statuses if s_ != "kOptimal"), "kOptimal")
-        for candidate in candidates:
-            v, c, h = self.assess(candidate, windows, current, accuracy, rate_cv)
-            if v - c - h > value - cost - hurdle:
-                config, value, cost, hurdle = candidate, v, c, h
-        return Plan(config, value - cost, value, cost, (time.perf_counter() - started) * 1e3, status, columns, rows, hurdle)
+        return config, value, cost, hurdle, columns, rows, status
+
+    def _priority_fill_columns(self, options: Sequence[PlanOption], windows: list[dict[str, float]], current: Configuration | None,
+                               accuracy: Mapping[str, float], rate_cv: Rates | None) -> list[tuple[str | None, PlanOption]]:
+        """The MILP's priority-fill columns: (first tenant, option) pairs. ``None`` as first: the
+        option's tenant is its GI's first (highest-priority) tenant, valued alone; else it fills
+        the idle time of that first tenant, valued beside it
+        (:meth:`priority_fill_member_values`). Each at the batch of the tenant's 100% MPS
+        column in that GI (one that does not fit has none)."""
+        full = {(o.tenant, o.gpu, o.instance): o for o in options if o.mps_pct == 100.0 and o.instance is not None}
+        order = {t.name: k for k, t in enumerate(self.scenario.tenants)}
+
+        def rank(name: str) -> tuple[int, int]:  # who runs first in a shared GI (scenario order breaks ties)
+            return self.scenario.tenant(name).priority.rank, order[name]
+
+        held_values = self.configuration_values(current, windows, accuracy, rate_cv) if current is not None else {}
+        values: dict[tuple, dict[str, float]] = {}
+        columns: list[tuple[str | None, PlanOption]] = []
+        for (name, g, gi), o in full.items():
+            tenant = self.scenario.tenant(name)
+            firsts = [None] + [f for (f, g2, gi2) in full if (g2, gi2) == (g, gi) and rank(f) < rank(name)]
+            for first in firsts:
+                names = (name,) if first is None else (first, name)
+                batches = {n: full[(n, g, gi)].batch for n in names}
+                key = (gi.profile, names, tuple(batches.values()))
+                if key not in values:
+                    values[key] = self.priority_fill_member_values(gi.profile, names, batches, {n: 100.0 / len(names) for n in names},
+                                                                   windows, accuracy, rate_cv)
+                value = values[key][name]
+                held = held_values.get(name)
+                mode = SharingMode.PRIORITY_FILL
+                cost = self._reconfiguration(tenant, current, g, gi, 100.0, value, windows, o.memory_gib,
+                                             held if self.scenario.make_before_break else None,
+                                             self.drain(tenant, gi.profile, 100.0, o.batch), mode)
+                hurdle = 0.0 if self.unchanged(name, current, g, gi, 100.0, mode) else self.payback_hurdle(cost, held)
+                columns.append((first, PlanOption(name, g, gi, 100.0, o.batch, o.memory_gib, value, cost, hurdle)))
+        return columns
 
     def _solve(self, windows: list[dict[str, float]], current: Configuration | None, accuracy: Mapping[str, float],
-               gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int], rate_cv: Rates | None = None
-               ) -> tuple[dict[int, Layout], dict[str, TenantPlacement], float, float, float, Milp, str]:
-        """One MILP over ``gpus`` and the tenants of ``gpus_of`` (allowed GPUs per tenant)."""
+               gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int], rate_cv: Rates | None = None, priority_fill: bool = False
+               ) -> tuple[dict[int, Layout], dict[str, TenantPlacement], set[tuple[int, int]], float, float, float, Milp, str]:
+        """One MILP over ``gpus`` and the tenants of ``gpus_of`` (allowed GPUs per tenant);
+        with ``priority_fill``, also the priority-fill columns (:meth:`_priority_fill_columns`).
+        Returns the layouts, placements, the (GPU, instance index) run in priority fill, value,
+        cost, hurdle, the MILP and its status."""
         options = self.options(windows, current, accuracy, gpus_of, rate_cv)
         milp = Milp()
         x = [milp.add_binary(-(o.value - o.reconfiguration - o.hurdle)) for o in options]
+        pf = self._priority_fill_columns(options, windows, current, accuracy, rate_cv) if priority_fill and self.gpu.mig_supported else []
+        xp = [milp.add_binary(-(o.value - o.reconfiguration - o.hurdle)) for _, o in pf]
+        # m: the GI runs in priority fill (then no MPS column may use it).
+        m = {key: milp.add_binary(0.0) for key in dict.fromkeys((o.gpu, o.instance) for _, o in pf)}
         layouts = {g: self._layouts_for(current, g) for g in gpus}
         y = {g: [milp.add_binary(0.0) for _ in layouts[g]] for g in gpus}
         for g in gpus:
@@ -865,14 +942,30 @@ class Planner:
         for j, o in enumerate(options):
             by_tenant[o.tenant].append(x[j])
             by_gi.setdefault((o.gpu, o.instance), []).append(j)
+        pf_by_gi: dict[tuple[int, GpuInstance | None], list[int]] = {}
+        for k, (first, o) in enumerate(pf):
+            by_tenant[o.tenant].append(xp[k])
+            pf_by_gi.setdefault((o.gpu, o.instance), []).append(k)
         for name, cols in by_tenant.items():
             milp.add_row(cols, [1.0] * len(cols), 1.0, 1.0)
         for (g, gi), js in by_gi.items():
             holders = [y[g][k] for k, layout in enumerate(layouts[g]) if gi is None or gi in layout.instances]
-            # Shares <= 100% of the GI, and only if the chosen layout has it (u = sum y).
-            milp.add_row([x[j] for j in js] + holders, [options[j].mps_pct / 100.0 for j in js] + [-1.0] * len(holders), upper=1e-9)
+            ks = pf_by_gi.get((g, gi), [])
+            filled = [m[(g, gi)]] if (g, gi) in m else []
+            # Shares <= 100% of the GI, and only if the chosen layout has it (u = sum y); a GI
+            # in priority fill takes it whole.
+            milp.add_row([x[j] for j in js] + filled + holders, [options[j].mps_pct / 100.0 for j in js] + [1.0] * len(filled) + [-1.0] * len(holders),
+                         upper=1e-9)
             memory = self._gi_memory(gi.profile if gi else None)
-            milp.add_row([x[j] for j in js] + holders, [options[j].memory_gib for j in js] + [-memory] * len(holders), upper=1e-9)
+            milp.add_row([x[j] for j in js] + [xp[k] for k in ks] + holders,
+                         [options[j].memory_gib for j in js] + [pf[k][1].memory_gib for k in ks] + [-memory] * len(holders), upper=1e-9)
+            if filled:
+                # One first tenant in a GI in priority fill, none otherwise; a filler only beside its first.
+                firsts = {pf[k][1].tenant: xp[k] for k in ks if pf[k][0] is None}
+                milp.add_row(list(firsts.values()) + filled, [1.0] * len(firsts) + [-1.0], 0.0, 0.0)
+                for k in ks:
+                    if pf[k][0] is not None:
+                        milp.add_row([xp[k], firsts[pf[k][0]]], [1.0, -1.0], upper=0.0)
             if self.co_runner_count:
                 # A tenant's option with count k holds its GI to k co-runners: with n tenants
                 # in the GI, n - 1 <= k when the tenant is there (N: tenants that could be).
@@ -893,14 +986,21 @@ class Planner:
         chosen = {g: layouts[g][int(np.argmax([solution.values[c] for c in y[g]]))] for g in gpus}
         placements: dict[str, TenantPlacement] = {}
         value = cost = hurdle = 0.0
-        for j, o in enumerate(options):
-            if solution.values[x[j]] > 0.5:
-                index = chosen[o.gpu].instances.index(o.instance) if o.instance is not None else 0
-                placements[o.tenant] = TenantPlacement(o.gpu, index, o.mps_pct, o.batch)
-                value += o.value
-                cost += o.reconfiguration
-                hurdle += o.hurdle
-        return chosen, placements, value, cost, hurdle, milp, solution.status
+        picked = [o for j, o in enumerate(options) if solution.values[x[j]] > 0.5]
+        picked_pf = [o for k, (_, o) in enumerate(pf) if solution.values[xp[k]] > 0.5]
+        members: dict[tuple[int, int], int] = {}
+        for o in picked_pf:
+            key = (o.gpu, chosen[o.gpu].instances.index(o.instance))
+            members[key] = members.get(key, 0) + 1
+        for o in picked + picked_pf:
+            index = chosen[o.gpu].instances.index(o.instance) if o.instance is not None else 0
+            # The members of a priority-fill GI hold equal nominal shares (as the portfolio's do).
+            share = math.floor(10000.0 / members[(o.gpu, index)]) / 100.0 if (o.gpu, index) in members else o.mps_pct
+            placements[o.tenant] = TenantPlacement(o.gpu, index, share, o.batch)
+            value += o.value
+            cost += o.reconfiguration
+            hurdle += o.hurdle
+        return chosen, placements, set(members), value, cost, hurdle, milp, solution.status
 
     def evaluate(self, configuration: Configuration, rates: Rates | Sequence[Rates], current: Configuration | None = None,
                  accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> tuple[float, float]:
