@@ -368,6 +368,25 @@ def test_priority_fill_columns_find_the_priority_fill_layout_without_a_portfolio
     assert not info["repaired"]
 
 
+def test_a_payback_margin_scoped_to_priority_fill_holds_only_tenants_that_run_in_priority_fill(default_env):
+    """``payback_scope="priority-fill"``: leaving a priority-fill GI must pay back with a margin
+    (it stops the regrouping churn of train-retrain), an MPS tenant moves as freely as without it."""
+    rates = {"resnet": 2000.0, "vgg": 160.0, "bert": 100.0, "alexnet": 220.0}
+    args = (default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
+    filled = Planner(*args, queueing_tail=True, priority_fill_columns=True).plan([rates] * 3, None).configuration
+    scoped = Planner(*args, payback_margin=True, payback_scope="priority-fill")
+    everywhere = Planner(*args, payback_margin=True)
+    for current in (filled, default_env.scenario.reference):  # every GI in priority fill; every GI in MPS
+        for name, p in current.placements.items():
+            in_fill = current.modes[p.gpu_index][p.instance_index].value == "priority-fill"
+            assert everywhere.payback_hurdle(100.0, 1000.0, name, current) > 0.0
+            assert (scoped.payback_hurdle(100.0, 1000.0, name, current) > 0.0) == in_fill
+    assert any(m.value == "priority-fill" for modes in filled.modes for m in modes)
+    assert all(m.value == "mps" for modes in default_env.scenario.reference.modes for m in modes)
+    with pytest.raises(ValueError, match="payback_scope"):
+        Planner(*args, payback_scope="sometimes")
+
+
 def test_a_share_is_valued_against_as_many_co_runners_as_its_gi_holds():
     # heldout-out-of-phase: vit with 25% of the H100's 7g beside bert and resnet at their largest
     # batch serves what the performance model gives with both co-runners (the simulator's

@@ -208,6 +208,9 @@ class Planner:
         column per tenant as a GI's first tenant and per (filler, first tenant) pair
         (:meth:`_priority_fill_columns`); the answer is kept only if the exact valuation
         (:meth:`assess`) prefers it to the MPS-only MILP's
+    :param payback_scope: ``"all"`` (default): the payback margin holds every change;
+        ``"priority-fill"``: only a tenant that runs in a priority-fill GI must pay back with
+        the margin to leave it (``migrator-pf``)
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
@@ -216,7 +219,10 @@ class Planner:
 
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
                  restart_backlog: bool = False, payback_margin: bool = False, queueing_tail: bool = False,
-                 co_runner_count: bool = False, priority_fill_columns: bool = False) -> None:
+                 co_runner_count: bool = False, priority_fill_columns: bool = False, payback_scope: str = "all") -> None:
+        if payback_scope not in ("all", "priority-fill"):
+            raise ValueError(f"payback_scope must be 'all' or 'priority-fill', not {payback_scope!r}")
+        self.payback_scope = payback_scope
         self.restart_backlog, self.payback_margin, self.queueing_tail = restart_backlog, payback_margin, queueing_tail
         self.co_runner_count = co_runner_count
         self.priority_fill_columns = priority_fill_columns
@@ -735,17 +741,28 @@ class Planner:
                 values[t.name] = self._background_value(t, profile, 100.0, batch[t.name], rates, accuracy, speed=idle)
         return values
 
-    def payback_hurdle(self, cost: float, held_value: float | None) -> float:
+    def payback_hurdle(self, cost: float, held_value: float | None, name: str | None = None, current: Configuration | None = None) -> float:
         """What a change must be predicted to gain beyond its ``cost`` over the lookahead
         (the payback rule, against flapping): the value model's relative error times what
         is at stake, the value the tenant holds now (``held_value``) plus the cost, both
         predicted by a model that errs by that much: :attr:`value_model_error` where the
         policy measures it, else :data:`VALUE_MODEL_ERROR`. A tenant not placed yet (None)
-        must start: no hurdle. 0 with ``payback_margin`` off."""
+        must start: no hurdle. 0 with ``payback_margin`` off, and, with ``payback_scope``
+        ``"priority-fill"``, for a tenant ``name`` that does not run in priority fill in ``current``."""
         if held_value is None or not self.payback_margin:
+            return 0.0
+        if self.payback_scope == "priority-fill" and not self._in_priority_fill(name, current):
             return 0.0
         error = VALUE_MODEL_ERROR if self.value_model_error is None else self.value_model_error
         return error * (abs(held_value) + cost)
+
+    @staticmethod
+    def _in_priority_fill(name: str | None, current: Configuration | None) -> bool:
+        """Whether tenant ``name`` runs in a priority-fill GI of ``current``."""
+        if name is None or current is None or name not in current.placements:
+            return False
+        p = current.placements[name]
+        return current.modes[p.gpu_index][p.instance_index] == SharingMode.PRIORITY_FILL
 
     def _layouts_for(self, current: Configuration | None, g: int) -> list[Layout]:
         layouts = list(self.layouts)
@@ -792,7 +809,7 @@ class Planner:
                                 continue
                             cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held,
                                                          self.drain(t, profile, share, batch, count))
-                            hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held)
+                            hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held, t.name, current)
                             options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost, hurdle, count))
         return options
 
@@ -915,7 +932,7 @@ class Planner:
                 cost = self._reconfiguration(tenant, current, g, gi, 100.0, value, windows, o.memory_gib,
                                              held if self.scenario.make_before_break else None,
                                              self.drain(tenant, gi.profile, 100.0, o.batch), mode)
-                hurdle = 0.0 if self.unchanged(name, current, g, gi, 100.0, mode) else self.payback_hurdle(cost, held)
+                hurdle = 0.0 if self.unchanged(name, current, g, gi, 100.0, mode) else self.payback_hurdle(cost, held, name, current)
                 columns.append((first, PlanOption(name, g, gi, 100.0, o.batch, o.memory_gib, value, cost, hurdle)))
         return columns
 
@@ -1043,6 +1060,6 @@ class Planner:
                                           self.drain(t, gi.profile if gi else None, share, p.batch_size, self.sharing(configuration, t.name)), mode)
                 cost += c
                 if not self.unchanged(t.name, current, p.gpu_index, gi, float(p.mps_pct), mode):
-                    hurdle += self.payback_hurdle(c, held)
+                    hurdle += self.payback_hurdle(c, held, t.name, current)
             results.append((value, cost, hurdle))
         return results
