@@ -307,7 +307,7 @@ def suite_summary(results: dict[str, dict[str, Any]], policies: Sequence[str]) -
         rows = {scenario: r["policies"][name] for scenario, r in results.items()}
         ran = {scenario: row for scenario, row in rows.items() if "n/a" not in row}
         entry: dict[str, Any] = {"scenarios": len(ran), "n/a": {s: row["n/a"] for s, row in rows.items() if "n/a" in row}}
-        for column in ("goodput_vs_static_best", "goodput_vs_hindsight", "goodput_vs_static_best_rankings"):
+        for _, column in REFERENCES:
             ratios = [row[column] for row in ran.values() if row.get(column) is not None]
             bad = sum(r <= 0 for r in ratios)
             entry[f"{column}_geomean"] = float(np.exp(np.mean(np.log(ratios)))) if ratios and not bad else None

@@ -9,6 +9,7 @@ for it, and the daemon applies it; all of them use these types.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +23,11 @@ from rlsched.hardware.layout import Layout, layout_violation
 SHARE_LEVELS_PCT: tuple[float, ...] = (12.5, 25.0, 37.5, 50.0, 62.5, 75.0, 87.5, 100.0)
 #: Batch sizes a decision may give a tenant (powers of two, as servers configure them).
 BATCH_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+
+
+def equal_shares(count: int) -> float:
+    """Each of ``count`` tenants' equal MPS share of one GI, percent (floored to 0.01%)."""
+    return math.floor(10000.0 / count) / 100.0
 
 
 class SharingMode(str, enum.Enum):

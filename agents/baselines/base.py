@@ -10,14 +10,13 @@ not carry out.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
-from rlsched.decision import BATCH_LEVELS, Configuration, SharingMode, TenantPlacement
+from rlsched.decision import BATCH_LEVELS, Configuration, SharingMode, TenantPlacement, equal_shares
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, load_gpu
 from rlsched.simulator.perf import CoRunner
@@ -105,11 +104,6 @@ def observed_load(env: GpuShareEnv) -> tuple[dict[str, float], dict[str, float],
     backlog = {name: float(measured.get(name, {}).get("queue_length", 0.0)) for name in rates}
     accuracy = {name: float(measured[name]["accuracy"]) for name in rates if "accuracy" in measured.get(name, {})}
     return rates, backlog, accuracy
-
-
-def equal_shares(count: int) -> float:
-    """Each of ``count`` tenants' equal MPS share of one GI, percent (floored to 0.01%)."""
-    return math.floor(10000.0 / count) / 100.0
 
 
 class LatencyTable:

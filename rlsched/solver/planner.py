@@ -75,7 +75,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlsched.decision import BATCH_LEVELS, SHARE_LEVELS_PCT, Configuration, SharingMode, TenantPlacement
+from rlsched.decision import BATCH_LEVELS, SHARE_LEVELS_PCT, Configuration, SharingMode, TenantPlacement, equal_shares
 from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
@@ -1012,7 +1012,7 @@ class Planner:
         for o in picked + picked_pf:
             index = chosen[o.gpu].instances.index(o.instance) if o.instance is not None else 0
             # The members of a priority-fill GI hold equal nominal shares (as the portfolio's do).
-            share = math.floor(10000.0 / members[(o.gpu, index)]) / 100.0 if (o.gpu, index) in members else o.mps_pct
+            share = equal_shares(members[(o.gpu, index)]) if (o.gpu, index) in members else o.mps_pct
             placements[o.tenant] = TenantPlacement(o.gpu, index, share, o.batch)
             value += o.value
             cost += o.reconfiguration
