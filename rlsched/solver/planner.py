@@ -771,14 +771,20 @@ class Planner:
         return layouts
 
     def options(self, rates: Sequence[Rates], current: Configuration | None, accuracy: Mapping[str, float],
-                gpus_of: Mapping[str, Sequence[int]] | None = None, rate_cv: Rates | None = None) -> list[PlanOption]:
+                gpus_of: Mapping[str, Sequence[int]] | None = None, rate_cv: Rates | None = None,
+                held_values: Mapping[str, float] | None = None) -> list[PlanOption]:
         """Every column of the MILP: per tenant, GPU and GI placement, the share levels that
-        add value over the smaller ones (plus 100% and the running share), each at its best batch."""
+        add value over the smaller ones (plus 100% and the running share), each at its best batch.
+
+        :param held_values: :meth:`configuration_values` of ``current`` at these rates, when
+            the caller has them already
+        """
         placements = sorted({gi for layout in self.layouts for gi in layout.instances}) if self.gpu.mig_supported else [None]
         if current is not None and self.gpu.mig_supported:
             placements = sorted(set(placements) | {gi for layout in current.layouts for gi in layout.instances})
         options: list[PlanOption] = []
-        held_values = self.configuration_values(current, rates, accuracy, rate_cv) if current is not None else {}
+        if held_values is None:
+            held_values = self.configuration_values(current, rates, accuracy, rate_cv) if current is not None else {}
         others = len(gpus_of) - 1 if gpus_of is not None else len(self.scenario.tenants) - 1
         for t in self.scenario.tenants:
             if gpus_of is not None and t.name not in gpus_of:
@@ -846,12 +852,16 @@ class Planner:
         started = time.perf_counter()
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
-        config, value, cost, hurdle, columns, rows, status = self._milp_configuration(windows, current, accuracy, rate_cv,
+        # What the running tenants hold now, and each MILP's MPS columns: computed once, shared
+        # by the priority-fill MILP and the MPS-only one.
+        held = self.configuration_values(current, windows, accuracy, rate_cv) if current is not None else {}
+        columns_of: dict[tuple, list[PlanOption]] = {}
+        config, value, cost, hurdle, columns, rows, status = self._milp_configuration(windows, current, accuracy, rate_cv, held, columns_of,
                                                                                        self.priority_fill_columns)
         if any(mode == SharingMode.PRIORITY_FILL for modes in config.modes for mode in modes):
             # The priority-fill columns value a first tenant alone and each filler beside its
             # first tenant only: the exact valuation decides against the MPS-only answer.
-            mps = self._milp_configuration(windows, current, accuracy, rate_cv, False)
+            mps = self._milp_configuration(windows, current, accuracy, rate_cv, held, columns_of, False)
             exact = self.assess_many([config, mps[0]], windows, current, accuracy, rate_cv)
             best = int(np.argmax([v - c - h for v, c, h in exact]))
             config = (config, mps[0])[best]
@@ -864,9 +874,15 @@ class Planner:
         return Plan(config, value - cost, value, cost, (time.perf_counter() - started) * 1e3, status, columns, rows, hurdle)
 
     def _milp_configuration(self, windows: list[dict[str, float]], current: Configuration | None, accuracy: Mapping[str, float],
-                            rate_cv: Rates | None, priority_fill: bool) -> tuple[Configuration, float, float, float, int, int, str]:
+                            rate_cv: Rates | None, held: Mapping[str, float], columns_of: dict[tuple, list[PlanOption]],
+                            priority_fill: bool) -> tuple[Configuration, float, float, float, int, int, str]:
         """The MILP's configuration (one MILP per GPU once tenants run): (configuration, value,
-        cost, hurdle, columns, rows, HiGHS status)."""
+        cost, hurdle, columns, rows, HiGHS status).
+
+        :param held: :meth:`configuration_values` of ``current``
+        :param columns_of: each MILP's MPS columns (:meth:`options`) by its tenants, filled in
+            as they are computed
+        """
         G = self.scenario.gpu_count
         if G == 1 or current is None:
             groups = [({t.name: tuple(range(G)) for t in self.scenario.tenants}, tuple(range(G)))]
@@ -884,7 +900,11 @@ class Planner:
         columns = rows = 0
         statuses = []
         for gpus_of, gpus in groups:
-            chosen, placed, pf, v, c, h, milp, status = self._solve(windows, current, accuracy, gpus_of, gpus, rate_cv, priority_fill)
+            key = tuple(sorted((name, tuple(allowed)) for name, allowed in gpus_of.items()))
+            if key not in columns_of:
+                columns_of[key] = self.options(windows, current, accuracy, gpus_of, rate_cv, held)
+            chosen, placed, pf, v, c, h, milp, status = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus,
+                                                                    rate_cv, priority_fill)
             for g, layout in chosen.items():
                 layouts[g] = layout
             placements.update(placed)
@@ -901,7 +921,8 @@ class Planner:
         return config, value, cost, hurdle, columns, rows, status
 
     def _priority_fill_columns(self, options: Sequence[PlanOption], windows: list[dict[str, float]], current: Configuration | None,
-                               accuracy: Mapping[str, float], rate_cv: Rates | None) -> list[tuple[str | None, PlanOption]]:
+                               accuracy: Mapping[str, float], held_values: Mapping[str, float],
+                               rate_cv: Rates | None) -> list[tuple[str | None, PlanOption]]:
         """The MILP's priority-fill columns: (first tenant, option) pairs. ``None`` as first: the
         option's tenant is its GI's first (highest-priority) tenant, valued alone; else it fills
         the idle time of that first tenant, valued beside it
@@ -913,7 +934,6 @@ class Planner:
         def rank(name: str) -> tuple[int, int]:  # who runs first in a shared GI (scenario order breaks ties)
             return self.scenario.tenant(name).priority.rank, order[name]
 
-        held_values = self.configuration_values(current, windows, accuracy, rate_cv) if current is not None else {}
         values: dict[tuple, dict[str, float]] = {}
         columns: list[tuple[str | None, PlanOption]] = []
         for (name, g, gi), o in full.items():
@@ -936,17 +956,17 @@ class Planner:
                 columns.append((first, PlanOption(name, g, gi, 100.0, o.batch, o.memory_gib, value, cost, hurdle)))
         return columns
 
-    def _solve(self, windows: list[dict[str, float]], current: Configuration | None, accuracy: Mapping[str, float],
-               gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int], rate_cv: Rates | None = None, priority_fill: bool = False
+    def _solve(self, options: Sequence[PlanOption], windows: list[dict[str, float]], current: Configuration | None,
+               accuracy: Mapping[str, float], held: Mapping[str, float], gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int],
+               rate_cv: Rates | None = None, priority_fill: bool = False
                ) -> tuple[dict[int, Layout], dict[str, TenantPlacement], set[tuple[int, int]], float, float, float, Milp, str]:
-        """One MILP over ``gpus`` and the tenants of ``gpus_of`` (allowed GPUs per tenant);
-        with ``priority_fill``, also the priority-fill columns (:meth:`_priority_fill_columns`).
-        Returns the layouts, placements, the (GPU, instance index) run in priority fill, value,
-        cost, hurdle, the MILP and its status."""
-        options = self.options(windows, current, accuracy, gpus_of, rate_cv)
+        """One MILP over ``gpus`` and the tenants of ``gpus_of`` (allowed GPUs per tenant), with
+        their MPS columns ``options`` (:meth:`options`); with ``priority_fill``, also the priority-fill columns (:meth:`_priority_fill_columns`;
+        ``held``: :meth:`configuration_values` of ``current``). Returns the layouts, placements,
+        the (GPU, instance index) run in priority fill, value, cost, hurdle, the MILP and its status."""
         milp = Milp()
         x = [milp.add_binary(-(o.value - o.reconfiguration - o.hurdle)) for o in options]
-        pf = self._priority_fill_columns(options, windows, current, accuracy, rate_cv) if priority_fill and self.gpu.mig_supported else []
+        pf = self._priority_fill_columns(options, windows, current, accuracy, held, rate_cv) if priority_fill and self.gpu.mig_supported else []
         xp = [milp.add_binary(-(o.value - o.reconfiguration - o.hurdle)) for _, o in pf]
         # m: the GI runs in priority fill (then no MPS column may use it).
         m = {key: milp.add_binary(0.0) for key in dict.fromkeys((o.gpu, o.instance) for _, o in pf)}
