@@ -13,13 +13,14 @@ The dump of a real H100 is in ``docs/hardware-probes/``.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import pynvml as nvml
+
+from rlsched.node.nvml_backend import possible_placements
 
 #: Profile ids whose possible placements are asked for (NVML's ids are below 40 today).
 PROFILE_IDS = range(40)
@@ -44,11 +45,7 @@ def profile_info(handle: Any, index: int) -> dict[str, Any]:
 
 def placements(handle: Any, profile_id: int) -> list[dict[str, int]]:
     """``nvmlDeviceGetGpuInstancePossiblePlacements`` for one profile id (answers with MIG off)."""
-    count = ctypes.c_uint(0)
-    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
-    found = (nvml.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
-    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, found, ctypes.byref(count))
-    return [{"start": found[i].start, "size": found[i].size} for i in range(count.value)]
+    return [{"start": start, "size": size} for start, size in possible_placements(nvml, handle, profile_id)]
 
 
 def dump() -> dict[str, Any]:

@@ -124,6 +124,16 @@ def _nvml_name(raw: Any) -> str:
     return text.removeprefix("MIG ").strip()
 
 
+def possible_placements(nvml: Any, device: Any, profile_id: int) -> list[tuple[int, int]]:
+    """(start, size) of every placement NVML offers a GI of ``profile_id``, in memory slices
+    (answered with MIG disabled too); NVML errors are raised."""
+    count = ctypes.c_uint(0)
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(device, profile_id, None, ctypes.byref(count))
+    found = (nvml.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(device, profile_id, found, ctypes.byref(count))
+    return [(found[i].start, found[i].size) for i in range(count.value)]
+
+
 def read_gi_profiles(nvml: Any, device: Any, indices: Sequence[int] | None = None) -> dict[int, NvmlGiProfile]:
     """Every GI profile the device supports, keyed by NVML profile index.
 
@@ -142,12 +152,9 @@ def read_gi_profiles(nvml: Any, device: Any, indices: Sequence[int] | None = Non
                 continue
             exc.function = f"nvmlDeviceGetGpuInstanceProfileInfo(profile index {index})"  # name the profile
             raise
-        count = ctypes.c_uint(0)
-        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(device, info.id, None, ctypes.byref(count))
-        placements = (nvml.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
-        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(device, info.id, placements, ctypes.byref(count))
-        starts = tuple(sorted(placements[i].start for i in range(count.value)))
-        size = placements[0].size if count.value else 0
+        placements = possible_placements(nvml, device, info.id)
+        starts = tuple(sorted(start for start, _ in placements))
+        size = placements[0][1] if placements else 0
         found[index] = NvmlGiProfile(
             index, info.id, _nvml_name(info.name), info.sliceCount, info.instanceCount,
             info.multiprocessorCount, int(info.memorySizeMB), starts, size,
