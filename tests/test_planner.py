@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlsched.envs.gpushare import GpuShareEnv
-from rlsched.solver.planner import Planner
+from rlsched.solver.planner import SHARE_TIE_BREAK, Planner
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
 
@@ -477,13 +477,35 @@ def test_a_priority_fill_instance_is_valued_with_the_idle_time_its_first_tenant_
         previous = log
     assert np.mean(replayed) < 0.05 and np.mean(fluid) > 0.08
     # The planner uses the log when it has one: the fillers get the idle time it leaves.
-    rates = [{"resnet": 600.0, "vgg": 250.0, "bert": 500.0, "alexnet": 400.0}]
+    rates = [{"resnet": 600.0, "vgg": 100.0, "bert": 200.0, "alexnet": 200.0}]
     without = planner.priority_fill_values(config, 0, 0, rates, {})
     planner.arrival_log = {"resnet": np.repeat(np.arange(0.0, 10.0, 0.16), 96)}  # 600 req/s in bunches of 96
     with_log = planner.priority_fill_values(config, 0, 0, rates, {})
     assert with_log["resnet"] == without["resnet"]
     assert with_log["vgg"] > without["vgg"] + 1000 and with_log["bert"] > without["bert"] + 1000
     assert with_log["alexnet"] >= without["alexnet"]
+
+
+def test_priority_fill_fillers_are_valued_sharing_the_idle_time_as_the_simulator_runs_them():
+    # Two always-busy jobs filling a service's idle time: each is worth what the simulator
+    # lets it do, half the GI (less the co-location slowdown) of the idle time, not all of it.
+    from rlsched.simulator.testing import FakePerformanceModel
+    from rlsched.workloads.arrivals import PoissonArrivals
+    from rlsched.workloads.scenario import Scenario
+    from rlsched.workloads.tenants import BestEffortJob, InferenceTenant, Priority
+
+    hi = InferenceTenant("hi", "toy-a", slo_ms=50, arrivals=PoissonArrivals(200.0), priority=Priority.HIGH, max_batch=8, batch_timeout_ms=1)
+    jobs = [BestEffortJob("be1", "toy-c"), BestEffortJob("be2", "toy-c")]
+    perf = FakePerformanceModel()
+    toy = Planner(Scenario("toy", "a100-40gb", 1, 100.0, 10.0, [hi, *jobs]), perf, lambda name, batch: 1.0)
+    rates = [{"hi": 200.0}]
+    batch = {"hi": 8, "be1": 1, "be2": 1}
+    one = toy.priority_fill_member_values("7g.40gb", ["hi", "be1"], batch, {"hi": 50.0, "be1": 50.0}, rates, {})
+    two = toy.priority_fill_member_values("7g.40gb", ["hi", "be1", "be2"], batch, {"hi": 34.0, "be1": 33.0, "be2": 33.0}, rates, {})
+    assert two["hi"] == one["hi"] and two["be1"] == pytest.approx(two["be2"])
+    # (less each value's nudge toward larger shares: SHARE_TIE_BREAK per percent)
+    assert two["be1"] - 50 * SHARE_TIE_BREAK == pytest.approx((one["be1"] - 100 * SHARE_TIE_BREAK) / 2 / (1 + perf.colocation_slowdown), rel=1e-9)
+    assert one["be1"] > 1.0
 
 
 def test_priority_fill_moves_restart_only_the_tenant_that_moves():

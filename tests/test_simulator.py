@@ -269,6 +269,29 @@ def test_priority_fill_keeps_the_high_priority_latency_and_fills_gaps():
     assert np.mean([r.tenants["lo"].latency_ms_mean for r in results]) > np.mean([r.tenants["lo"].latency_ms_mean for r in lo_solo])
 
 
+def test_priority_fill_fillers_split_the_idle_time_rather_than_each_taking_all_of_it():
+    # Two always-busy jobs filling a high-priority service's idle time together progress no
+    # faster than one alone does: the idle time is the GI's to give once (before, each ran
+    # at its solo speed times the whole idle fraction: together twice what it holds).
+    hi = InferenceTenant("hi", "toy-a", slo_ms=50, arrivals=PoissonArrivals(200.0), priority=Priority.HIGH, max_batch=8, batch_timeout_ms=1)
+    jobs = [BestEffortJob("be1", "toy-c"), BestEffortJob("be2", "toy-c")]
+    perf = FakePerformanceModel()
+
+    def progress(tenants, placements) -> dict[str, float]:
+        sim = NodeSimulator(scenario(tenants, duration_s=100.0), perf, seed=4)
+        steps = [sim.step(config("7g@0", placements, [SharingMode.PRIORITY_FILL])) for _ in range(10)]
+        return {t.name: sum(r.tenants[t.name].best_effort_progress_s for r in steps) for t in tenants[1:]}, np.mean([r.tenants["hi"].utilization for r in steps])
+
+    one, busy_one = progress([hi, jobs[0]], {"hi": TenantPlacement(0, 0, 50, 8), "be1": TenantPlacement(0, 0, 50, 1)})
+    two, busy_two = progress([hi, *jobs], {"hi": TenantPlacement(0, 0, 34, 8), "be1": TenantPlacement(0, 0, 33, 1), "be2": TenantPlacement(0, 0, 33, 1)})
+    assert busy_one == pytest.approx(busy_two) and 0.05 < busy_one < 0.95  # the same idle time to fill
+    assert one["be1"] > 0 and two["be1"] == pytest.approx(two["be2"])
+    assert two["be1"] + two["be2"] <= one["be1"] * 1.001
+    # Among themselves the fillers run as MPS clients at equal shares (toy model: half the
+    # speed each, less the co-location slowdown).
+    assert two["be1"] == pytest.approx(one["be1"] / 2 / (1 + perf.colocation_slowdown), rel=1e-6)
+
+
 def test_time_slicing_and_mps_use_the_performance_model_with_co_runners():
     tenants = four_tenants(rate=1.0)[:2]  # so light that nobody queues: latency = service time
     perf = FakePerformanceModel()

@@ -29,9 +29,12 @@ memory fit and interference are those of the tenants active during the interval.
 Sharing modes: ``mps`` and ``time-slice`` latencies come from the performance model with
 the co-runners. ``priority-fill`` (FIKIT): the highest-priority tenant of the instance gets
 the performance model's high-priority latency (solo plus FIKIT's overhead); the others run
-at their solo speed scaled by the idle fraction the high-priority tenant actually left in
-the same interval (measured here, request by request, rather than assumed from a busy
-fraction), never below the performance model's minimum idle fraction.
+in the idle fraction the high-priority tenant actually left in the same interval (measured
+here, request by request, rather than assumed from a busy fraction), never below the
+performance model's minimum idle fraction. A lone filler runs at its solo speed scaled by
+that fraction; several split it, running among themselves as MPS clients at their nominal
+shares scaled to 100% (:func:`filler_share_pct`), so that together they never do more
+than the idle time holds.
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, Infer
 #: instance; used only when the performance model does not state its own
 #: (``sharing-modes.yaml: priority_fill.min_idle_frac``).
 MIN_IDLE_FRACTION = 0.02
+
+
+def filler_share_pct(nominal_pct: float, fillers_pct: float) -> float:
+    """A priority-fill filler's MPS share among the GI's fillers: its nominal share scaled so
+    that the fillers' shares sum to 100% (they split the idle time the first tenant leaves)."""
+    return 100.0 * nominal_pct / fillers_pct if fillers_pct > 0 else 100.0
 
 
 def min_idle_fraction(perf_model: object) -> float:
@@ -431,22 +440,32 @@ class NodeSimulator:
             members = running + [t for t in members if t.name not in active]
             memory_need = sum(self.perf.memory_gib(gpu, t.model, info[t.name][6]) for t in running)
             oom = memory_need > info[members[0].name][4] + 1e-9
+            fillers = running[1:] if running else []
+            filler_pct = sum(info[o.name][0].mps_pct for o in fillers)
             for rank, t in enumerate(members):
                 p, _, profile, slices, _, mode, batch = info[t.name]
                 fill = mode == SharingMode.PRIORITY_FILL
                 others = tuple(CoRunner(o.model, info[o.name][6], info[o.name][0].mps_pct) for o in running if o is not t)
                 # MPS shares only mean something under MPS; priority fill computes from solo speed.
                 mps = p.mps_pct if mode == SharingMode.MPS else 100.0
-                # A filler's curve is its solo one; the idle fraction scales it each interval.
+                # A lone filler's curve is its solo one; the idle fraction scales it each interval.
                 colocated = () if fill and rank > 0 else others
+                curve_mode = mode
+                shares_idle = fill and rank > 0 and t.name in active and len(fillers) > 1
+                if shares_idle:
+                    # Fillers share the idle time the first tenant leaves: among themselves they
+                    # run as MPS clients, at their nominal shares scaled to 100%.
+                    mps, curve_mode = filler_share_pct(p.mps_pct, filler_pct), SharingMode.MPS
+                    colocated = tuple(CoRunner(o.model, info[o.name][6], filler_share_pct(info[o.name][0].mps_pct, filler_pct))
+                                      for o in fillers if o is not t)
                 slot = _Slot(t, p, key, mode, batch, rank, fill and rank > 0, oom and t.name in active)
                 if isinstance(t, InferenceTenant):
-                    slot.service_mean_s, slot.service_sigma = self._curve(t, batch, profile, slices, mps, mode, colocated)
+                    slot.service_mean_s, slot.service_sigma = self._curve(t, batch, profile, slices, mps, curve_mode, colocated)
                 elif isinstance(t, ContinualLearningJob):
-                    step_s = self.perf.train_step_s(gpu, t.model, batch, profile, mps, () if fill else colocated)
+                    step_s = self.perf.train_step_s(gpu, t.model, batch, profile, mps, colocated if shares_idle or not fill else ())
                     slot.work_rate = batch / step_s if step_s > 0 else 0.0
                 else:
-                    pred = self.perf.predict(gpu, t.model, batch, profile, mps, SharingMode.MPS if fill else mode, () if fill else colocated, slices)
+                    pred = self.perf.predict(gpu, t.model, batch, profile, mps, SharingMode.MPS if fill else mode, colocated if shares_idle or not fill else (), slices)
                     solo = self.perf.predict(gpu, t.model, batch)
                     slot.work_rate = pred.throughput_per_s / solo.throughput_per_s * t.tuning_throughput_factor(mps) if solo.throughput_per_s > 0 else 0.0
                 slots[t.name] = slot

@@ -79,7 +79,7 @@ from rlsched.decision import BATCH_LEVELS, SHARE_LEVELS_PCT, Configuration, Shar
 from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
-from rlsched.simulator.node import min_idle_fraction
+from rlsched.simulator.node import filler_share_pct, min_idle_fraction
 from rlsched.simulator.queueing import replay_busy_fraction
 from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
@@ -438,13 +438,15 @@ class Planner:
         assert best is not None
         return best[0], best[2]
 
-    def _work_rate(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None) -> float:
+    def _work_rate(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None,
+                   colocated: tuple[CoRunner, ...] | None = None) -> float:
         """Best effort: full-GPU seconds of progress per second; CL: samples per second
-        (the simulator's formulas; worst co-runner below 100%, or ``co_runners`` of them)."""
-        key = (tenant.name, profile, mps_pct, batch, co_runners)
+        (the simulator's formulas; worst co-runner below 100%, or ``co_runners`` of them, or
+        exactly the ``colocated`` ones)."""
+        key = (tenant.name, profile, mps_pct, batch, co_runners, colocated)
         if key not in self._work:
             rates = []
-            for co in self._co_runners(tenant, mps_pct, co_runners):
+            for co in [colocated] if colocated is not None else self._co_runners(tenant, mps_pct, co_runners):
                 if isinstance(tenant, ContinualLearningJob):
                     step_s = self.perf.train_step_s(self.gpu.name, tenant.model, batch, profile, mps_pct, co)
                     rates.append(batch / step_s if step_s > 0 else 0.0)
@@ -458,10 +460,11 @@ class Planner:
 
     def _background_value(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int,
                           rates: Sequence[Rates], accuracy: Mapping[str, float], speed: float = 1.0,
-                          co_runners: int | None = None) -> float:
+                          co_runners: int | None = None, colocated: tuple[CoRunner, ...] | None = None) -> float:
         """Value of a best-effort or retraining job over the lookahead; ``speed`` scales its
-        work rate (a priority-fill filler runs at the idle fraction the first tenant leaves)."""
-        rate = self._work_rate(tenant, profile, mps_pct, batch, co_runners) * speed
+        work rate (a priority-fill filler runs at the idle fraction the first tenant leaves,
+        beside the ``colocated`` other fillers)."""
+        rate = self._work_rate(tenant, profile, mps_pct, batch, co_runners, colocated) * speed
         horizon_s = self.interval_s * len(rates)
         if isinstance(tenant, BestEffortJob):
             value = goodput_terms(self.weights, tenant.priority.value, best_effort_progress_s=tenant.work_weight * rate * horizon_s).total
@@ -691,8 +694,9 @@ class Planner:
         """Per tenant of GI i on GPU g run in priority fill (FIKIT), its predicted value over
         the lookahead, as the simulator serves it: the highest-priority tenant (scenario
         order breaks ties) runs at its solo speed plus FIKIT's overhead; the others fill the
-        idle time it leaves, at their solo speed times that idle fraction (never below the
-        performance model's minimum). The idle fraction is 1 minus its busy fraction at its
+        idle time it leaves: a lone filler at its solo speed times that idle fraction (never
+        below the performance model's minimum), several as MPS clients of the GI at their
+        nominal shares scaled to 100% (:func:`~rlsched.simulator.node.filler_share_pct`), times it. The idle fraction is 1 minus its busy fraction at its
         mean rate: its request log (:attr:`arrival_log`) replayed at that rate
         (:func:`~rlsched.simulator.queueing.replay_busy_fraction`), else the fluid batcher's
         settled batch, which is busy nearly all the time; the minimum for a job (always busy)."""
@@ -731,14 +735,25 @@ class Planner:
             idle = max(idle, 1.0 - busy)
         else:
             values[first.name] = self._background_value(first, profile, 100.0, batch[first.name], rates, accuracy)
+        fillers_pct = sum(mps_pct[t.name] for t in fillers)
         for t in fillers:
+            if len(fillers) == 1:  # a lone filler runs at its solo speed in the idle time
+                share, colocated = 100.0, None
+            else:  # fillers split the idle time as MPS clients (as the simulator runs them)
+                share = filler_share_pct(mps_pct[t.name], fillers_pct)
+                colocated = tuple(CoRunner(o.model, min(batch[o.name], o.max_batch) if isinstance(o, InferenceTenant) else batch[o.name],
+                                           filler_share_pct(mps_pct[o.name], fillers_pct)) for o in fillers if o is not t)
             if isinstance(t, InferenceTenant):
                 b = min(batch[t.name], t.max_batch)
-                solo = np.asarray(self.perf.latency_curve_ms(self.gpu.name, t.model, t.max_batch, profile, 100.0, SharingMode.PRIORITY_FILL,
-                                                             (), slices, high_priority=False)[0], dtype=float) * t.tuning_latency_factor(100.0)
-                values[t.name] = self._inference_value(t, solo / idle, [b], rates, accuracy.get(t.name, t.accuracy), (rate_cv or {}).get(t.name, 0.0))[0]
+                if colocated is None:
+                    curve = self.perf.latency_curve_ms(self.gpu.name, t.model, t.max_batch, profile, 100.0, SharingMode.PRIORITY_FILL,
+                                                       (), slices, high_priority=False)[0]
+                else:
+                    curve = self.perf.latency_curve_ms(self.gpu.name, t.model, t.max_batch, profile, share, SharingMode.MPS, colocated, slices)[0]
+                latency = np.asarray(curve, dtype=float) * t.tuning_latency_factor(share)
+                values[t.name] = self._inference_value(t, latency / idle, [b], rates, accuracy.get(t.name, t.accuracy), (rate_cv or {}).get(t.name, 0.0))[0]
             else:
-                values[t.name] = self._background_value(t, profile, 100.0, batch[t.name], rates, accuracy, speed=idle)
+                values[t.name] = self._background_value(t, profile, share, batch[t.name], rates, accuracy, speed=idle, colocated=colocated)
         return values
 
     def payback_hurdle(self, cost: float, held_value: float | None, name: str | None = None, current: Configuration | None = None) -> float:
