@@ -696,8 +696,8 @@ class Planner:
         order breaks ties) runs at its solo speed plus FIKIT's overhead; the others fill the
         idle time it leaves: a lone filler at its solo speed times that idle fraction (never
         below the performance model's minimum), several as MPS clients of the GI at their
-        nominal shares scaled to 100% (:func:`~rlsched.simulator.node.filler_share_pct`), times it. The idle fraction is 1 minus its busy fraction at its
-        mean rate: its request log (:attr:`arrival_log`) replayed at that rate
+        nominal shares scaled to 100% (:func:`~rlsched.simulator.node.filler_share_pct`)
+        times it. The idle fraction is 1 minus its busy fraction at its mean rate: its request log (:attr:`arrival_log`) replayed at that rate
         (:func:`~rlsched.simulator.queueing.replay_busy_fraction`), else the fluid batcher's
         settled batch, which is busy nearly all the time; the minimum for a job (always busy)."""
         layout = configuration.layouts[g]
@@ -940,8 +940,9 @@ class Planner:
                                rate_cv: Rates | None) -> list[tuple[str | None, PlanOption]]:
         """The MILP's priority-fill columns: (first tenant, option) pairs. ``None`` as first: the
         option's tenant is its GI's first (highest-priority) tenant, valued alone; else it fills
-        the idle time of that first tenant, valued beside it
-        (:meth:`priority_fill_member_values`). Each at the batch of the tenant's 100% MPS
+        the idle time of that first tenant, valued beside it as its lone filler
+        (:meth:`priority_fill_member_values`: several fillers split that time, so the MILP
+        values them high, and the exact valuation of :meth:`plan` decides). Each at the batch of the tenant's 100% MPS
         column in that GI (one that does not fit has none)."""
         full = {(o.tenant, o.gpu, o.instance): o for o in options if o.mps_pct == 100.0 and o.instance is not None}
         order = {t.name: k for k, t in enumerate(self.scenario.tenants)}
