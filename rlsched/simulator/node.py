@@ -33,7 +33,7 @@ in the idle fraction the high-priority tenant actually left in the same interval
 here, request by request, rather than assumed from a busy fraction), never below the
 performance model's minimum idle fraction. A lone filler runs at its solo speed scaled by
 that fraction; several split it, running among themselves as MPS clients at their nominal
-shares scaled to 100% (:func:`filler_share_pct`), so that together they never do more
+shares scaled to 100% (:func:`filler_shares`), so that together they never do more
 than the idle time holds.
 """
 
@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -61,10 +61,16 @@ from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, Infer
 MIN_IDLE_FRACTION = 0.02
 
 
-def filler_share_pct(nominal_pct: float, fillers_pct: float) -> float:
-    """A priority-fill filler's MPS share among the GI's fillers: its nominal share scaled so
-    that the fillers' shares sum to 100% (they split the idle time the first tenant leaves)."""
-    return 100.0 * nominal_pct / fillers_pct if fillers_pct > 0 else 100.0
+def filler_shares(fillers: Sequence[tuple[str, CoRunner]]) -> dict[str, tuple[float, tuple[CoRunner, ...]]]:
+    """How two or more fillers of one priority-fill GI split the idle time its first tenant
+    leaves: per filler (name, itself as a :class:`CoRunner` at its nominal share), its MPS
+    share among them, its nominal share scaled so that the fillers' shares sum to 100%, and
+    its co-runners, the other fillers at their scaled shares. The simulator runs them so
+    and the planner values them so."""
+    total_pct = sum(c.mps_pct for _, c in fillers)
+    scaled = {name: replace(c, mps_pct=100.0 * c.mps_pct / total_pct if total_pct > 0 else 100.0)
+              for name, c in fillers}
+    return {name: (c.mps_pct, tuple(o for other, o in scaled.items() if other != name)) for name, c in scaled.items()}
 
 
 def min_idle_fraction(perf_model: object) -> float:
@@ -441,7 +447,7 @@ class NodeSimulator:
             memory_need = sum(self.perf.memory_gib(gpu, t.model, info[t.name][6]) for t in running)
             oom = memory_need > info[members[0].name][4] + 1e-9
             fillers = running[1:] if running else []
-            filler_pct = sum(info[o.name][0].mps_pct for o in fillers)
+            split = filler_shares([(o.name, CoRunner(o.model, info[o.name][6], info[o.name][0].mps_pct)) for o in fillers]) if len(fillers) > 1 else {}
             for rank, t in enumerate(members):
                 p, _, profile, slices, _, mode, batch = info[t.name]
                 fill = mode == SharingMode.PRIORITY_FILL
@@ -451,13 +457,9 @@ class NodeSimulator:
                 # A lone filler's curve is its solo one; the idle fraction scales it each interval.
                 colocated = () if fill and rank > 0 else others
                 curve_mode = mode
-                shares_idle = fill and rank > 0 and t.name in active and len(fillers) > 1
-                if shares_idle:
-                    # Fillers share the idle time the first tenant leaves: among themselves they
-                    # run as MPS clients, at their nominal shares scaled to 100%.
-                    mps, curve_mode = filler_share_pct(p.mps_pct, filler_pct), SharingMode.MPS
-                    colocated = tuple(CoRunner(o.model, info[o.name][6], filler_share_pct(info[o.name][0].mps_pct, filler_pct))
-                                      for o in fillers if o is not t)
+                shares_idle = fill and rank > 0 and t.name in split
+                if shares_idle:  # several fillers split the idle time the first tenant leaves
+                    (mps, colocated), curve_mode = split[t.name], SharingMode.MPS
                 slot = _Slot(t, p, key, mode, batch, rank, fill and rank > 0, oom and t.name in active)
                 if isinstance(t, InferenceTenant):
                     slot.service_mean_s, slot.service_sigma = self._curve(t, batch, profile, slices, mps, curve_mode, colocated)

@@ -79,7 +79,7 @@ from rlsched.decision import BATCH_LEVELS, SHARE_LEVELS_PCT, Configuration, Shar
 from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
-from rlsched.simulator.node import filler_share_pct, min_idle_fraction
+from rlsched.simulator.node import filler_shares, min_idle_fraction
 from rlsched.simulator.queueing import replay_busy_fraction
 from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
@@ -696,8 +696,9 @@ class Planner:
         order breaks ties) runs at its solo speed plus FIKIT's overhead; the others fill the
         idle time it leaves: a lone filler at its solo speed times that idle fraction (never
         below the performance model's minimum), several as MPS clients of the GI at their
-        nominal shares scaled to 100% (:func:`~rlsched.simulator.node.filler_share_pct`)
-        times it. The idle fraction is 1 minus its busy fraction at its mean rate: its request log (:attr:`arrival_log`) replayed at that rate
+        nominal shares scaled to 100% (:func:`~rlsched.simulator.node.filler_shares`)
+        times it. The idle fraction is 1 minus its busy fraction at its mean rate: its request
+        log (:attr:`arrival_log`) replayed at that rate
         (:func:`~rlsched.simulator.queueing.replay_busy_fraction`), else the fluid batcher's
         settled batch, which is busy nearly all the time; the minimum for a job (always busy)."""
         layout = configuration.layouts[g]
@@ -735,14 +736,10 @@ class Planner:
             idle = max(idle, 1.0 - busy)
         else:
             values[first.name] = self._background_value(first, profile, 100.0, batch[first.name], rates, accuracy)
-        fillers_pct = sum(mps_pct[t.name] for t in fillers)
+        # A lone filler runs at its solo speed in the idle time; several split it as the simulator runs them.
+        split = filler_shares([(t.name, c) for t, c in zip(fillers, others, strict=True)]) if len(fillers) > 1 else {}
         for t in fillers:
-            if len(fillers) == 1:  # a lone filler runs at its solo speed in the idle time
-                share, colocated = 100.0, None
-            else:  # fillers split the idle time as MPS clients (as the simulator runs them)
-                share = filler_share_pct(mps_pct[t.name], fillers_pct)
-                colocated = tuple(CoRunner(o.model, min(batch[o.name], o.max_batch) if isinstance(o, InferenceTenant) else batch[o.name],
-                                           filler_share_pct(mps_pct[o.name], fillers_pct)) for o in fillers if o is not t)
+            share, colocated = split.get(t.name, (100.0, None))
             if isinstance(t, InferenceTenant):
                 b = min(batch[t.name], t.max_batch)
                 if colocated is None:
