@@ -191,6 +191,48 @@ def test_make_before_break_new_gi_on_free_slices_costs_no_downtime():
     assert results[True].tenants["t2"].queued_at_end < results[False].tenants["t2"].queued_at_end
 
 
+def test_make_before_break_serves_on_the_old_instance_until_the_new_one_is_ready():
+    # t0 (700 req/s) is overloaded on a 1g (190 req/s at batch 8) and on the new 3g (571 req/s) it moves to on free
+    # slices: until the 3g's server is ready it still serves at the 1g's speed, not the 3g's.
+    spec = load_gpu(GPU)
+    t0 = InferenceTenant("t0", "toy-a", slo_ms=10_000, arrivals=PoissonArrivals(700.0), max_batch=8, batch_timeout_ms=2,
+                         queue_capacity=100_000, restart_s=3.0)
+    start = config("1g@6", {"t0": TenantPlacement(0, 0, 100, 8)})
+    new = config("3g@0,1g@6", {"t0": TenantPlacement(0, 0, 100, 8)})
+    sim = NodeSimulator(scenario([t0]), FakePerformanceModel(), seed=3)
+    sim.reset(3, configuration=start)
+    sim.step(start)
+    result = sim.step(new)
+    (change,) = result.changes
+    ready_s = spec.profiles["3g.20gb"].create_s + 3.0
+    assert (change.mechanism, change.downtime_s) == ("make-before-break", 0.0) and change.old_served_s == pytest.approx(ready_s)
+    per_batch_s = (2.0 + 0.5 * 8) / 1000.0  # the toy model's batch of 8 on the whole GPU
+    old_rps, new_rps = 8 / (per_batch_s * 7 / 1), 8 / (per_batch_s * 7 / 3)
+    expected = old_rps * ready_s + new_rps * (10.0 - ready_s)
+    assert result.tenants["t0"].completed == pytest.approx(expected, rel=0.01)
+    # The interval after runs on the 3g alone.
+    assert sim.step(new).tenants["t0"].completed == pytest.approx(new_rps * 10.0, rel=0.01)
+
+
+def test_make_before_break_job_works_at_the_old_instance_speed_until_the_switch():
+    spec = load_gpu(GPU)
+    job = BestEffortJob("be", "toy-b", restart_s=2.0)
+    on_1g = config("1g@6", {"be": TenantPlacement(0, 0, 100, 8)})
+    on_3g = config("3g@0,1g@6", {"be": TenantPlacement(0, 0, 100, 8)})
+
+    def progress(first, second):
+        sim = NodeSimulator(scenario([job]), FakePerformanceModel(), seed=1)
+        sim.reset(1, configuration=first)
+        sim.step(first)
+        return sim.step(second).tenants["be"].best_effort_progress_s
+
+    ready_s = spec.profiles["3g.20gb"].create_s + 2.0
+    # Steady progress on each instance over a whole interval, then the switch interval.
+    per_s_1g, per_s_3g = progress(on_1g, on_1g) / 10.0, progress(on_3g, on_3g) / 10.0
+    assert per_s_3g > 2 * per_s_1g
+    assert progress(on_1g, on_3g) == pytest.approx(per_s_1g * ready_s + per_s_3g * (10.0 - ready_s), rel=1e-6)
+
+
 def test_staged_plan_destroys_the_gi_of_a_leaving_tenant_first():
     # A best-effort job leaves its 4g@0; t0 moves from 3g@4 into a new 2g@0 on the freed slices.
     t0 = four_tenants()[0]

@@ -16,7 +16,10 @@ Reconfiguration: a GPU's layout change costs the catalog's GI destroy + create t
 who moves, whose MPS share changes (a running MPS client's share cannot change), or whose
 instance changes sharing mode restarts, paying its ``restart_s`` (CUDA context + model
 load) after its batch in flight drains. Requests keep queueing (and dropping when the queue
-is full) during the downtime.
+is full) during the downtime. With the scenario's make-before-break switch, a tenant whose
+new instance can start beside its old one pays no downtime: the old instance serves, at its
+own speed, until the new server is ready (at most until the end of the interval), and the
+new one from then on.
 
 Activity windows (``Tenant.active_windows_s``): arrivals are drawn every interval as for an
 always-active tenant, then those outside the windows are discarded (they never existed);
@@ -252,6 +255,9 @@ class NodeSimulator:
         self._slots_active: frozenset[str] | None = None  # the active set the slots were built for
         self._servers = {t.name: _Server(t) for t in self.scenario.inference_tenants()}
         self._down_until = {t.name: 0.0 for t in self.scenario.tenants}
+        #: Per priority-fill instance, the idle fraction its first tenant left last interval
+        #: (what an old filler instance still serving during a handover runs at).
+        self._idle_fraction: dict[tuple, float] = {}
         self._units = {t.name: t.units_after_drift for t in self.scenario.tenants if isinstance(t, ContinualLearningJob)}
         self._next_drift_s = {t.name: t.drift_window_s for t in self.scenario.tenants if isinstance(t, ContinualLearningJob)}
         self._rate_ewma = {t.name: t.arrivals.mean_rate_rps() for t in self.scenario.inference_tenants()}
@@ -600,6 +606,28 @@ class NodeSimulator:
             served[name] = stop
         return downtime, served
 
+    def _handovers(self, t0: float, t1: float, active: frozenset[str]) -> dict[str, tuple[float, _Slot, float]]:
+        """Make-before-break switches of this step (``self._step_changes``): per tenant whose
+        old instance kept serving while its new server started, (switch time s, the old
+        instance's slot, the speed it ran at). The old instance serves until the new one is
+        ready, at most until the end of the interval (a switch not ready by then takes effect
+        at the next decision boundary); the previous configuration's slots are rebuilt when
+        the step before ran another set of active tenants."""
+        switching = {c.tenant: c.old_served_s for c in self._step_changes if c.mechanism == "make-before-break" and c.old_served_s > 0.0}
+        if not switching:
+            return {}
+        previous = self._slots if self._slots_for is not None and self._slots_for == self._config else {}
+        if not previous or self._slots_active != active:
+            previous = self._build_slots(self._config, active)
+        handover = {}
+        for name, served_s in switching.items():
+            old = previous.get(name)
+            if old is None or old.out_of_memory:
+                continue
+            speed = max(self._idle_fraction.get(old.instance_key, 1.0), self.min_idle_fraction) if old.fill_low else 1.0
+            handover[name] = (min(t0 + served_s, t1), old, speed)
+        return handover
+
     # ------------------------------------------------------------------ step
     def step(self, configuration: Configuration) -> StepResult:
         """Apply ``configuration`` and simulate one decision interval."""
@@ -609,10 +637,12 @@ class NodeSimulator:
         same_config = self._slots_for is configuration or (self._slots_for is not None and self._slots_for == configuration)
         downtime: dict[str, float] = {}
         gpu_s = (0.0,) * len(configuration.layouts)
+        handover: dict[str, tuple[float, _Slot, float]] = {}
         if not same_config or active != self._slots_active:
             slots = self._build_slots(configuration, active)
             if not same_config:
                 downtime, gpu_s = self._downtimes(self._config, configuration, slots)
+                handover = self._handovers(t0, t1, active)
             self._slots, self._slots_for, self._slots_active = slots, configuration, active
         else:
             slots = self._slots
@@ -652,9 +682,9 @@ class NodeSimulator:
             if slot.out_of_memory:
                 up_from = math.inf
             if isinstance(t, InferenceTenant):
-                st = self._serve(t, slot, t0, t1, up_from, scale)
+                st = self._serve(t, slot, t0, t1, up_from, scale, handover.get(t.name))
             else:
-                st = self._work(t, slot, t0, t1, up_from, scale)
+                st = self._work(t, slot, t0, t1, up_from, scale, handover.get(t.name))
             if slot.mode == SharingMode.PRIORITY_FILL and slot.rank_in_instance == 0:
                 idle_fraction[slot.instance_key] = 1.0 - st.utilization
             st.downtime_s = downtime.get(t.name, 0.0)
@@ -677,6 +707,7 @@ class NodeSimulator:
             self._tenant_terms[t.name] = self._tenant_terms[t.name] + st.terms
             self._work_done[t.name] += st.training_samples + st.best_effort_progress_s
             self._downtime_total_s[t.name] += st.downtime_s
+        self._idle_fraction = idle_fraction
         self.time_s = t1
         self.step_index += 1
         self.totals = self.totals + total
@@ -731,7 +762,11 @@ class NodeSimulator:
                 return job.curve.accuracy(units_mid)
         return self.scenario.tenant(name).accuracy  # type: ignore[union-attr]
 
-    def _serve(self, t: InferenceTenant, slot: _Slot | None, t0: float, t1: float, up_from: float, speed: float) -> TenantStepStats:
+    def _serve(self, t: InferenceTenant, slot: _Slot | None, t0: float, t1: float, up_from: float, speed: float,
+               handover: tuple[float, _Slot, float] | None = None) -> TenantStepStats:
+        """Serve the interval's requests on ``slot`` at ``speed`` from ``up_from``; with a
+        ``handover`` (switch time, old slot, its speed: make-before-break), on the old
+        instance until the switch and on the new one after it."""
         server = self._servers[t.name]
         # Drawn whatever the windows, so that the arrival stream stays a function of the seed.
         arrivals = self._arrivals[t.name].sample(t0, t1, self._arrival_rng[t.name])
@@ -745,14 +780,22 @@ class NodeSimulator:
                 server.state[q.S_WAITING] = server.state[q.S_FLIGHT_N] = 0
                 server.state[q.S_SERVER_FREE_S] = t0
         self.last_arrivals_s[t.name] = arrivals
-        if slot is None:
-            mean_s, sigma, batch = _NO_SERVICE_MEAN, _NO_SERVICE_SIGMA, 1
-        else:
-            mean_s, sigma, batch = slot.service_mean_s, slot.service_sigma, slot.batch
-            if speed != 1.0:
-                mean_s = mean_s / speed
-        q.serve_interval(arrivals, t0, t1, max(up_from, t0), server.wait_buf, server.flight_buf, server.state,
-                         mean_s, sigma, batch, t.batch_timeout_ms / 1000.0, t.slo_ms / 1000.0, self._service_rng[t.name], server.hist_step, server.out)
+        segments = [(t0, t1, slot, speed)]
+        if handover is not None and handover[0] > t0:
+            switch_s, old, old_speed = handover
+            segments = [(t0, switch_s, old, old_speed), (switch_s, t1, slot, speed)]
+        for start_s, end_s, on, on_speed in segments:
+            if end_s <= start_s:
+                continue
+            if on is None:
+                mean_s, sigma, batch = _NO_SERVICE_MEAN, _NO_SERVICE_SIGMA, 1
+            else:
+                mean_s, sigma, batch = on.service_mean_s, on.service_sigma, on.batch
+                if on_speed != 1.0:
+                    mean_s = mean_s / on_speed
+            part = arrivals[np.searchsorted(arrivals, start_s, "left"):np.searchsorted(arrivals, end_s, "left")] if len(segments) > 1 else arrivals
+            q.serve_interval(part, start_s, end_s, max(up_from, start_s), server.wait_buf, server.flight_buf, server.state,
+                             mean_s, sigma, batch, t.batch_timeout_ms / 1000.0, t.slo_ms / 1000.0, self._service_rng[t.name], server.hist_step, server.out)
         q.close_interval(server.hist_step, server.hist_total, _P50_P99, server.percentiles_ms, _EDGES_MS)
         out = server.out
         server.totals += out
@@ -772,19 +815,29 @@ class NodeSimulator:
             out[q.O_BUSY_S] / (t1 - t0), rate, self._rate_ewma[t.name],
         )
 
-    def _work(self, t: Tenant, slot: _Slot, t0: float, t1: float, up_from: float, speed: float) -> TenantStepStats:
-        """Training / best-effort progress over the interval (it runs whenever it is up and active)."""
-        running_s = t.active_seconds(max(t0, up_from), t1) if math.isfinite(up_from) else 0.0
-        st = TenantStepStats(t.name, t.kind, utilization=running_s / (t1 - t0))
+    def _work(self, t: Tenant, slot: _Slot, t0: float, t1: float, up_from: float, speed: float,
+              handover: tuple[float, _Slot, float] | None = None) -> TenantStepStats:
+        """Training / best-effort progress over the interval (it runs whenever it is up and
+        active); with a ``handover`` (make-before-break), on the old instance until the switch."""
+        start_s = max(t0, up_from)
+        old_work = 0.0  # full-speed seconds' worth done on the old instance
+        old_s = 0.0
+        if handover is not None and handover[0] > t0:
+            switch_s, old, old_speed = handover
+            old_s = t.active_seconds(t0, switch_s)
+            old_work = old.work_rate * old_speed * old_s
+            start_s = max(start_s, switch_s)
+        running_s = t.active_seconds(start_s, t1) if math.isfinite(up_from) and start_s < t1 else 0.0
+        work = slot.work_rate * speed * running_s + old_work
+        st = TenantStepStats(t.name, t.kind, utilization=(running_s + old_s) / (t1 - t0))
         if isinstance(t, ContinualLearningJob):
-            samples = slot.work_rate * speed * running_s
-            gain = samples / t.samples_per_unit
+            gain = work / t.samples_per_unit
             self._units[t.name] += gain
             self._last_units_gain[t.name] = gain
-            st.training_samples = samples
+            st.training_samples = work
             st.accuracy = t.curve.accuracy(self._units[t.name])
         else:
-            st.best_effort_progress_s = slot.work_rate * speed * running_s
+            st.best_effort_progress_s = work
         return st
 
 

@@ -58,10 +58,9 @@ class Scenario:
     :param make_before_break: reconfigure make-before-break (MIGRator's pre-initialisation):
         a tenant's new instance is created and its server started while the old one keeps
         serving whenever the hardware allows (``reconfiguration: {make_before_break: ...}``
-        in the YAML; False, the default: every change stops the tenant for its full restart,
-        because the simulator runs a switched tenant at its new instance's speed from the
-        start of the interval, an optimistic model, and the planner does not yet hold back
-        changes that near-free switches make too frequent)
+        in the YAML; the old instance serves at its own speed until the new server is ready.
+        False, the default: every change stops the tenant for its full restart, because the
+        planners do not yet hold back the changes that near-free switches make too frequent)
     :param source: the file it was read from
     """
 
