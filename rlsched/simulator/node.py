@@ -781,7 +781,7 @@ class NodeSimulator:
                 server.state[q.S_SERVER_FREE_S] = t0
         self.last_arrivals_s[t.name] = arrivals
         segments = [(t0, t1, slot, speed)]
-        if handover is not None and handover[0] > t0:
+        if handover is not None:
             switch_s, old, old_speed = handover
             segments = [(t0, switch_s, old, old_speed), (switch_s, t1, slot, speed)]
         for start_s, end_s, on, on_speed in segments:
@@ -820,14 +820,13 @@ class NodeSimulator:
         """Training / best-effort progress over the interval (it runs whenever it is up and
         active); with a ``handover`` (make-before-break), on the old instance until the switch."""
         start_s = max(t0, up_from)
-        old_work = 0.0  # full-speed seconds' worth done on the old instance
-        old_s = 0.0
-        if handover is not None and handover[0] > t0:
+        old_s = old_work = 0.0  # seconds on the old instance, and the work done there
+        if handover is not None:
             switch_s, old, old_speed = handover
             old_s = t.active_seconds(t0, switch_s)
             old_work = old.work_rate * old_speed * old_s
             start_s = max(start_s, switch_s)
-        running_s = t.active_seconds(start_s, t1) if math.isfinite(up_from) and start_s < t1 else 0.0
+        running_s = t.active_seconds(start_s, t1) if math.isfinite(up_from) else 0.0
         work = slot.work_rate * speed * running_s + old_work
         st = TenantStepStats(t.name, t.kind, utilization=(running_s + old_s) / (t1 - t0))
         if isinstance(t, ContinualLearningJob):
