@@ -473,21 +473,29 @@ def rerun_hindsight(result: dict[str, Any], source: str = "eval JSON", progress:
     return result
 
 
-def add_policies(result: dict[str, Any], policies: Sequence[str], source: str = "eval JSON", progress: bool = True) -> dict[str, Any]:
+def add_policies(result: dict[str, Any], policies: Sequence[str], source: str = "eval JSON", progress: bool = True,
+                 replace: bool = False) -> dict[str, Any]:
     """An evaluation result with more policies: each runs on every recorded episode (same
     scenario file, same seeds), and its rows, ratios, reports and trajectories join the
     others'; the paired comparison and a suite's summary are recomputed. The recorded
     policies are not run again, and the input is not changed. A hindsight search cannot be
-    added this way (it is seeded by the others: ``rerun_hindsight``), nor a policy already there."""
+    added this way (it is seeded by the others: ``rerun_hindsight``), nor a policy already
+    there, unless ``replace``: then a policy already there is run again (after it changed)
+    and its new rows, reports and trajectories replace the recorded ones."""
     from tqdm import tqdm
 
+    option = "--rerun-policies" if replace else "--add-policies"
     result = json.loads(json.dumps(result))  # a copy
-    recorded = _recorded(result, source)
     for name in policies:
         if name in HINDSIGHT_POLICIES:
-            raise ConfigError(source, "--add-policies", name, "a hindsight search is searched again with --rerun-hindsight, not added")
-        if any(name in res["policies"] for res, _, _ in recorded):
-            raise ConfigError(source, "--add-policies", name, "the result already has this policy")
+            raise ConfigError(source, option, name, "a hindsight search is searched again with --rerun-hindsight, not added")
+        for res in (list(result["scenarios"].values()) if "scenarios" in result else [result]):
+            if name in res["policies"] and not replace:
+                raise ConfigError(source, option, name, "the result already has this policy")
+            res["policies"].pop(name, None)
+            res.get("reports", {}).pop(name, None)
+            res.get("trajectories", {}).get("episodes", {}).pop(name, None)
+    recorded = _recorded(result, source)
     seeds = {id(res): sorted({e.seed for eps in runs.values() for e in eps}) for res, _, runs in recorded}
     bar = tqdm(total=sum(env.scenario.steps * len(seeds[id(res)]) * len(policies) for res, env, _ in recorded),
                desc="add", unit="step", disable=not progress, mininterval=1.0)
@@ -506,7 +514,7 @@ def add_policies(result: dict[str, Any], policies: Sequence[str], source: str = 
         res["trajectories"] = trajectories_json(runs)
     bar.close()
     if "scenarios" in result and "summary" in result:
-        result["summary"] = suite_summary(result["scenarios"], [*result["summary"], *policies])
+        result["summary"] = suite_summary(result["scenarios"], list(dict.fromkeys([*result["summary"], *policies])))
     return result
 
 

@@ -264,3 +264,33 @@ def test_add_policies_runs_them_on_the_recorded_episodes_and_adds_the_best_fixed
     assert summary["goodput_vs_static_best_rankings_geomean"] == pytest.approx((ratios[0] * ratios[1]) ** 0.5)
     assert main(["eval", "--replay", str(new)]) == 0  # the added trajectories reproduce too
     assert "12 of 12 episodes reproduce" in capsys.readouterr().out
+
+
+def test_rerun_policies_replaces_a_changed_policys_rows_and_trajectories(tmp_path, capsys):
+    low = _tiny_variant(tmp_path, "tiny-low", 100)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"name: tiny\ndescription: one tiny node\nscenarios: [{low}]\n")
+    old, stale, new = tmp_path / "old.json", tmp_path / "stale.json", tmp_path / "new.json"
+    assert main(["eval", "--suite", str(suite), "--policies", "static-equal,static-best", "--episodes", "2", "--json", str(old),
+                 "--no-progress"]) == 0
+    truth = json.loads(old.read_text())
+    # What a result looks like after static-equal changed: its recorded rows and steps are another policy's.
+    changed = json.loads(old.read_text())
+    (res,) = changed["scenarios"].values()
+    res["policies"]["static-equal"] = dict(res["policies"]["static-best"])
+    res["trajectories"]["episodes"]["static-equal"] = res["trajectories"]["episodes"]["static-best"]
+    stale.write_text(json.dumps(changed))
+    assert main(["eval", "--replay", str(stale), "--rerun-policies", "hindsight", "--json", str(new), "--no-progress"]) == 2
+    assert "--rerun-policies" in capsys.readouterr().err and not new.exists()
+    assert main(["eval", "--replay", str(stale), "--rerun-policies", "static-equal", "--json", str(new), "--no-progress"]) == 0
+    after = json.loads(new.read_text())
+    (was,), (now,) = truth["scenarios"].values(), after["scenarios"].values()
+    for policy in ("static-equal", "static-best"):
+        assert now["policies"][policy]["goodput_per_episode"] == was["policies"][policy]["goodput_per_episode"]
+    assert list(after["summary"]) == ["static-equal", "static-best"]
+    summary, true_summary = after["summary"]["static-equal"], truth["summary"]["static-equal"]
+    assert summary["goodput_vs_static_best_geomean"] == pytest.approx(true_summary["goodput_vs_static_best_geomean"])
+    assert summary["goodput_vs_static_best_geomean"] < 0.99  # not static-best's row any more
+    capsys.readouterr()
+    assert main(["eval", "--replay", str(new)]) == 0
+    assert "4 of 4 episodes reproduce" in capsys.readouterr().out

@@ -148,14 +148,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     replay an earlier result (exit 1 when a Goodput does not reproduce)."""
     from rlsched.agents.evaluation import evaluate, evaluate_suite, format_suite, format_table, plot, policy_names, replay, write_json
 
-    if (args.rerun_hindsight or args.add_policies) and (args.replay is None or args.json is None):
-        raise RlschedError("--rerun-hindsight and --add-policies need --replay EVAL.json (the result) and --json OUT (the updated result)")
+    if (args.rerun_hindsight or args.add_policies or args.rerun_policies) and (args.replay is None or args.json is None):
+        raise RlschedError("--rerun-hindsight, --add-policies and --rerun-policies need --replay EVAL.json (the result) "
+                           "and --json OUT (the updated result)")
     if args.replay is not None:
-        if args.rerun_hindsight or args.add_policies:
+        if args.rerun_hindsight or args.add_policies or args.rerun_policies:
             from rlsched.agents.evaluation import add_policies, rerun_hindsight
 
             result = _read_result(args.replay)
-            if args.add_policies:  # first, so that a search run again is seeded with them too
+            # First, so that a search run again is seeded with them too.
+            if args.rerun_policies:
+                result = add_policies(result, policy_names(args.rerun_policies), args.replay, progress=not args.no_progress, replace=True)
+            if args.add_policies:
                 result = add_policies(result, policy_names(args.add_policies), args.replay, progress=not args.no_progress)
             if args.rerun_hindsight:
                 result = rerun_hindsight(result, args.replay, progress=not args.no_progress)
@@ -300,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--add-policies", default=None, metavar="P1,P2",
                    help="with --replay and --json OUT: run these policies on the result's recorded episodes (same scenario files "
                    "and seeds) and write the result with them added, e.g. static-best-rankings (the best fixed grouping)")
+    p.add_argument("--rerun-policies", default=None, metavar="P1,P2",
+                   help="with --replay and --json OUT: run these policies again on the result's recorded episodes (after they "
+                   "changed) and write the result with their rows replaced")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="write the layout timeline and Goodput plot")
     p.add_argument("--plot-dir", default=None, metavar="DIR", help="write one plot per scenario, DIR/<scenario>.png")
     p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated")
