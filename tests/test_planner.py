@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from rlsched.envs.gpushare import GpuShareEnv
-from rlsched.solver.milp import SolverError
 from rlsched.solver.planner import SHARE_TIE_BREAK, Planner
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
@@ -386,48 +385,6 @@ def test_a_payback_margin_scoped_to_priority_fill_holds_only_tenants_that_run_in
     assert all(m.value == "mps" for modes in default_env.scenario.reference.modes for m in modes)
     with pytest.raises(ValueError, match="payback_scope"):
         Planner(*args, payback_scope="sometimes")
-
-
-@pytest.mark.parametrize("rates", [{"resnet": 800.0, "vgg": 300.0, "bert": 100.0, "alexnet": 900.0},
-                                   {"resnet": 200.0, "vgg": 50.0, "bert": 600.0, "alexnet": 900.0}])
-def test_high_priority_first_keeps_the_high_priority_service_alone_or_first_in_priority_fill(default_env, rates):
-    """``high_priority_first`` (``migrator-pf``): at these rates the planner without it runs resnet
-    (high priority) as an MPS share beside another tenant; with it, resnet holds its GI alone
-    or runs first in a priority-fill GI, and the other tenants still get placed."""
-    args = (default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
-    kwargs = dict(priority_fill_columns=True, payback_margin=True, payback_scope="priority-fill")
-    current = default_env.scenario.reference
-    for first in (False, True):
-        config = Planner(*args, **kwargs, high_priority_first=first).plan([rates] * 3, current).configuration
-        assert config.problems(default_env.tenant_names) == []
-        p = config.placements["resnet"]
-        members = config.tenants_in(p.gpu_index, p.instance_index)
-        mode = config.modes[p.gpu_index][p.instance_index].value
-        kept = members == ["resnet"] or (mode == "priority-fill" and members[0] == "resnet")
-        assert kept == first, (first, mode, members, p.mps_pct)
-
-
-def test_high_priority_first_is_dropped_only_where_no_configuration_keeps_it():
-    """Eight high-priority services on one A100-40GB (seven GIs at most): the rule cannot hold,
-    so the MILP is solved without it rather than failing; the rule is back on for the next plan."""
-    import dataclasses
-
-    from rlsched.workloads.scenario import load_scenario
-    from rlsched.workloads.tenants import Priority
-
-    base = load_scenario("default")
-    resnet = base.tenant("resnet")
-    tenants = [dataclasses.replace(resnet, name=f"r{k}", priority=Priority.HIGH) for k in range(8)]
-    scenario = dataclasses.replace(base, tenants=tenants, reference=None)
-    env = GpuShareEnv(scenario)
-    env.reset(seed=0)
-    planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, priority_fill_columns=True, high_priority_first=True)
-    rates = [{t.name: 50.0 for t in tenants}] * 3
-    with pytest.raises(SolverError):
-        planner._plan(rates, None, None, None, ())
-    plan = planner.plan(rates, None)
-    assert plan.configuration.problems([t.name for t in tenants]) == []
-    assert len(plan.configuration.placements) == 8 and planner._first_rule
 
 
 def test_a_share_is_valued_against_as_many_co_runners_as_its_gi_holds():

@@ -159,7 +159,7 @@ class MigratorPriorityFill(MigratorIlp):
 
     def reset(self, env: GpuShareEnv) -> None:
         self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, priority_fill_columns=True,
-                               payback_margin=True, payback_scope="priority-fill", high_priority_first=True)
+                               payback_margin=True, payback_scope="priority-fill")
         self.last_plan: Plan | None = None
 
 

@@ -211,12 +211,6 @@ class Planner:
     :param payback_scope: ``"all"`` (default): the payback margin holds every change;
         ``"priority-fill"``: only a tenant that runs in a priority-fill GI must pay back with
         the margin to leave it (``migrator-pf``)
-    :param high_priority_first: a high-priority service never runs as an MPS share or as a
-        filler: it holds its GI alone or runs first in a priority-fill GI (``migrator-pf``).
-        The value model prices an MPS share against one co-runner at a time and is
-        optimistic near capacity, so it put the service that pays most for late answers at
-        37-62% of a 7g beside three others under bursts. Where no configuration can keep the
-        rule (more high-priority services than GIs), the MILP is solved without it.
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
@@ -225,13 +219,10 @@ class Planner:
 
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
                  restart_backlog: bool = False, payback_margin: bool = False, queueing_tail: bool = False,
-                 co_runner_count: bool = False, priority_fill_columns: bool = False, payback_scope: str = "all",
-                 high_priority_first: bool = False) -> None:
+                 co_runner_count: bool = False, priority_fill_columns: bool = False, payback_scope: str = "all") -> None:
         if payback_scope not in ("all", "priority-fill"):
             raise ValueError(f"payback_scope must be 'all' or 'priority-fill', not {payback_scope!r}")
         self.payback_scope = payback_scope
-        self.high_priority_first = high_priority_first
-        self._first_rule = high_priority_first  # off while a MILP is solved again without it
         self.restart_backlog, self.payback_margin, self.queueing_tail = restart_backlog, payback_margin, queueing_tail
         self.co_runner_count = co_runner_count
         self.priority_fill_columns = priority_fill_columns
@@ -289,10 +280,6 @@ class Planner:
             return [(CoRunner(m, CO_RUNNER_BATCH, 100.0 - mps_pct),) for m in models] or [()]
         worst = self._pressing[tenant.name][:count]
         return [tuple(CoRunner(t.model, self._full_batch(t), (100.0 - mps_pct) / len(worst)) for t in worst)]
-
-    def _runs_first(self, tenant: Tenant) -> bool:
-        """Whether ``high_priority_first`` keeps ``tenant`` from MPS shares and filling."""
-        return self._first_rule and isinstance(tenant, InferenceTenant) and tenant.priority.rank == 0
 
     def _full_batch(self, tenant: Tenant) -> int:
         """The batch a tenant runs at full load: a service's largest, a job's own."""
@@ -836,7 +823,7 @@ class Planner:
                             continue
                         for share, count, value, batch, memory, useful in table:
                             keeps = running is not None and running == (g, gi, share)
-                            if not (useful or keeps) or (share < 100.0 and self._runs_first(t)):
+                            if not (useful or keeps):
                                 continue
                             cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held,
                                                          self.drain(t, profile, share, batch, count))
@@ -874,19 +861,6 @@ class Planner:
             same objective (e.g. priority-fill layouts, which the MILP does not express);
             the best is returned
         """
-        if self._first_rule:
-            try:
-                return self._plan(rates, current, accuracy, rate_cv, candidates)
-            except SolverError:
-                self._first_rule = False  # no configuration keeps high_priority_first
-                try:
-                    return self._plan(rates, current, accuracy, rate_cv, candidates)
-                finally:
-                    self._first_rule = True
-        return self._plan(rates, current, accuracy, rate_cv, candidates)
-
-    def _plan(self, rates: Rates | Sequence[Rates], current: Configuration | None, accuracy: Mapping[str, float] | None,
-              rate_cv: Rates | None, candidates: Sequence[Configuration]) -> Plan:
         started = time.perf_counter()
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
@@ -977,7 +951,7 @@ class Planner:
         columns: list[tuple[str | None, PlanOption]] = []
         for (name, g, gi), o in full.items():
             tenant = self.scenario.tenant(name)
-            firsts = [None] + ([] if self._runs_first(tenant) else [f for (f, g2, gi2) in full if (g2, gi2) == (g, gi) and rank(f) < rank(name)])
+            firsts = [None] + [f for (f, g2, gi2) in full if (g2, gi2) == (g, gi) and rank(f) < rank(name)]
             for first in firsts:
                 names = (name,) if first is None else (first, name)
                 batches = {n: full[(n, g, gi)].batch for n in names}
