@@ -624,9 +624,14 @@ class NodeSimulator:
             old = previous.get(name)
             if old is None or old.out_of_memory:
                 continue
-            speed = max(self._idle_fraction.get(old.instance_key, 1.0), self.min_idle_fraction) if old.fill_low else 1.0
-            handover[name] = (min(t0 + served_s, t1), old, speed)
+            handover[name] = (min(t0 + served_s, t1), old, self._fill_speed(old, self._idle_fraction))
         return handover
+
+    def _fill_speed(self, slot: _Slot, idle_fraction: Mapping[tuple, float]) -> float:
+        """The speed a slot runs at: a priority-fill filler at the idle fraction its
+        instance's first tenant left (``idle_fraction``, per instance), never below the
+        performance model's minimum; anything else at 1."""
+        return max(idle_fraction.get(slot.instance_key, 1.0), self.min_idle_fraction) if slot.fill_low else 1.0
 
     # ------------------------------------------------------------------ step
     def step(self, configuration: Configuration) -> StepResult:
@@ -676,9 +681,7 @@ class NodeSimulator:
         for slot in ordered:
             t = slot.tenant
             up_from = self._down_until[t.name]
-            scale = 1.0
-            if slot.fill_low:
-                scale = max(idle_fraction.get(slot.instance_key, 1.0), self.min_idle_fraction)
+            scale = self._fill_speed(slot, idle_fraction)
             if slot.out_of_memory:
                 up_from = math.inf
             if isinstance(t, InferenceTenant):

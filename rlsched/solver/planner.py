@@ -939,8 +939,8 @@ class Planner:
         option's tenant is its GI's first (highest-priority) tenant, valued alone; else it fills
         the idle time of that first tenant, valued beside it as its lone filler
         (:meth:`priority_fill_member_values`: several fillers split that time, so the MILP
-        values them high, and the exact valuation of :meth:`plan` decides). Each at the batch of the tenant's 100% MPS
-        column in that GI (one that does not fit has none)."""
+        values them high, and the exact valuation of :meth:`plan` decides). Each at the batch
+        of the tenant's 100% MPS column in that GI (one that does not fit has none)."""
         full = {(o.tenant, o.gpu, o.instance): o for o in options if o.mps_pct == 100.0 and o.instance is not None}
         order = {t.name: k for k, t in enumerate(self.scenario.tenants)}
 
