@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.goodput import goodput_terms
 from rlsched.solver.planner import SHARE_TIE_BREAK, Planner
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
@@ -600,3 +601,40 @@ def test_a_rate_shift_is_planned_with_once_two_intervals_confirm_it():
     assert plan(280.0, 0.0) == 0.0  # a confirmed fall
     assert plan(100.0, 500.0) == 100.0 and plan(220.0, 50.0) == 220.0  # a spike up then down: none
     assert plan(5.0, 25.0) == 5.0 and plan(5.0, 25.0) == 5.0  # within the 20 req/s floor: noise
+
+
+def test_the_running_configuration_is_valued_at_no_less_than_the_node_measured_it_serve(default_env, planner):
+    """``Planner.measured_values``: a tenant the node served on time at a rate at least the
+    forecast's is worth that much, however pessimistic the fluid model is; a measurement at a
+    lower rate, or worse than the model, changes nothing."""
+    reference = default_env.scenario.reference
+    windows = [RATES[1]] * 3  # resnet at 800 req/s in its 2g: the model predicts it mostly late
+    accuracy = {"resnet": 0.9}
+    model = planner.configuration_values(reference, windows, accuracy)
+    requests = 800.0 * planner.interval_s * 3
+    served = planner.measured_values(reference, windows, accuracy, {"resnet": (850.0, 1.0)})
+    all_on_time = goodput_terms(planner.weights, "high", requests, 0.9).total  # resnet is the high-priority service
+    assert model["resnet"] < 0.5 * all_on_time
+    assert served["resnet"] == pytest.approx(all_on_time)
+    assert {k: v for k, v in served.items() if k != "resnet"} == {k: v for k, v in model.items() if k != "resnet"}
+    assert planner.measured_values(reference, windows, accuracy, {"resnet": (700.0, 1.0)}) == model  # measured at a lower rate
+    assert planner.measured_values(reference, windows, accuracy, {"resnet": (850.0, 0.0)}) == model  # worse than the model
+
+
+def test_migrator_pf_keeps_a_configuration_the_node_measures_serving_where_the_model_would_leave_it(monkeypatch):
+    """The policy side of ``measured_values``: the plan moves resnet out of its 2g at 800
+    req/s; told the 2g served every request on time at 850 req/s, ``migrator-pf`` keeps it."""
+    from rlsched.agents.baselines import planners
+
+    monkeypatch.setattr(planners, "observed_load", lambda env: (dict(RATES[1]), {}, {}))
+    answers = {}
+    for served in (0.0, 1.0):
+        monkeypatch.setattr(planners, "measured_service", lambda env, served=served: {"resnet": (850.0, served)})
+        env = GpuShareEnv("default")
+        env.reset(seed=0)
+        policy = planners.MigratorPriorityFill()
+        policy.reset(env)
+        policy.chosen = env.current  # as if it had chosen the running configuration
+        answers[served] = policy.act(None, env)
+    assert answers[0.0] != GpuShareEnv("default").scenario.reference
+    assert answers[1.0] == GpuShareEnv("default").scenario.reference

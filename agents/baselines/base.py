@@ -10,6 +10,7 @@ not carry out.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -104,6 +105,15 @@ def observed_load(env: GpuShareEnv) -> tuple[dict[str, float], dict[str, float],
     backlog = {name: float(measured.get(name, {}).get("queue_length", 0.0)) for name in rates}
     accuracy = {name: float(measured[name]["accuracy"]) for name in rates if "accuracy" in measured.get(name, {})}
     return rates, backlog, accuracy
+
+
+def measured_service(env: GpuShareEnv) -> dict[str, tuple[float, float]]:
+    """Per inference tenant the node measured last interval, its (arrival rate, requests/s;
+    fraction of decided requests on time): what :meth:`~rlsched.solver.planner.Planner.measured_values`
+    floors the running configuration's value with. A tenant without both is left out."""
+    measured = env.backend.observe()
+    return {t.name: (float(m["arrival_rate_rps"]), float(m["slo_attainment"])) for t in env.scenario.inference_tenants()
+            if "arrival_rate_rps" in (m := measured.get(t.name, {})) and math.isfinite(float(m.get("slo_attainment", math.nan)))}
 
 
 class LatencyTable:
