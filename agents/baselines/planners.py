@@ -165,7 +165,7 @@ class MigratorPriorityFill(MigratorIlp):
     And it keeps the running configuration where that, valued at what the node measured it
     serve last interval (``measured_hold``), beats the plan: the fluid model's pessimism near
     capacity had it leave a 4g that served resnet 0.999 on time for a priority-fill 7g
-    that starved bert (train-retrain 0.92x ``migrator-ilp``, now 0.97x; docs/planner-bursts.md, stop 44).
+    that starved bert (train-retrain 0.92x ``migrator-ilp``, now 0.98x; docs/planner-bursts.md, stop 44).
     Everything else is ``migrator-ilp``'s: the same forecast, value model and lookahead.
 
     Departs from MIGRator (arXiv 2407.13126) as :class:`MigratorIlp` does, except that a GI
