@@ -125,9 +125,13 @@ class MigratorIlp(Policy):
     measured_hold: ClassVar[bool] = False
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
+        self.planner = self.make_planner(env)
         self.last_plan: Plan | None = None
         self.chosen: Configuration | None = None
+
+    def make_planner(self, env: GpuShareEnv) -> Planner:
+        """The planner this policy decides with (a subclass changes its switches here)."""
+        return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         # Unmeasured tenants (see arrival_rates_rps): no backlog, the scenario's accuracy.
@@ -175,11 +179,9 @@ class MigratorPriorityFill(MigratorIlp):
     name = "migrator-pf"
     measured_hold = True
 
-    def reset(self, env: GpuShareEnv) -> None:
-        self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, priority_fill_columns=True,
-                               payback_margin=True, payback_scope="priority-fill")
-        self.last_plan: Plan | None = None
-        self.chosen: Configuration | None = None
+    def make_planner(self, env: GpuShareEnv) -> Planner:
+        return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, priority_fill_columns=True,
+                       payback_margin=True, payback_scope="priority-fill")
 
 
 def queue_planner(env: GpuShareEnv) -> Planner:
