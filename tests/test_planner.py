@@ -605,8 +605,9 @@ def test_a_rate_shift_is_planned_with_once_two_intervals_confirm_it():
 
 def test_the_running_configuration_is_valued_at_no_less_than_the_node_measured_it_serve(default_env, planner):
     """``Planner.measured_values``: a tenant the node served on time at a rate at least the
-    forecast's is worth that much, however pessimistic the fluid model is; a measurement at a
-    lower rate, or worse than the model, changes nothing."""
+    forecast's is worth that much, however pessimistic the fluid model is; at a rate within the
+    value model's error below the forecast, the requests beyond the measured rate count late; a
+    measurement at a rate further below, or worse than the model, changes nothing."""
     reference = default_env.scenario.reference
     windows = [RATES[1]] * 3  # resnet at 800 req/s in its 2g: the model predicts it mostly late
     accuracy = {"resnet": 0.9}
@@ -617,7 +618,10 @@ def test_the_running_configuration_is_valued_at_no_less_than_the_node_measured_i
     assert model["resnet"] < 0.5 * all_on_time
     assert served["resnet"] == pytest.approx(all_on_time)
     assert {k: v for k, v in served.items() if k != "resnet"} == {k: v for k, v in model.items() if k != "resnet"}
-    assert planner.measured_values(reference, windows, accuracy, {"resnet": (700.0, 1.0)}) == model  # measured at a lower rate
+    up_to_measured = goodput_terms(planner.weights, "high", 750.0 / 800.0 * requests, 0.9, violated=50.0 / 800.0 * requests).total
+    assert planner.measured_values(reference, windows, accuracy, {"resnet": (750.0, 1.0)})["resnet"] == pytest.approx(up_to_measured)
+    assert model["resnet"] < up_to_measured < all_on_time
+    assert planner.measured_values(reference, windows, accuracy, {"resnet": (700.0, 1.0)}) == model  # 800 > 1.1 x 700
     assert planner.measured_values(reference, windows, accuracy, {"resnet": (850.0, 0.0)}) == model  # worse than the model
 
 
