@@ -642,3 +642,50 @@ def test_migrator_pf_keeps_a_configuration_the_node_measures_serving_where_the_m
         answers[served] = policy.act(None, env)
     assert answers[0.0] != GpuShareEnv("default").scenario.reference
     assert answers[1.0] == GpuShareEnv("default").scenario.reference
+
+
+@pytest.mark.parametrize("held_intervals, check_gain, lookaheads, changes", [
+    (0, 1.0, [3], False),       # just chosen: only the usual plan
+    (2, 1.0, [3, 5], True),     # held 2 intervals: planned again over 3 + 2 windows, the check agrees
+    (2, -1.0, [3, 5], False),   # the check refuses: the running configuration stays
+    (20, 1.0, [3, 6], True),    # the longer lookahead stops at held_lookahead
+])
+def test_a_held_configuration_is_planned_over_a_longer_lookahead_and_changed_only_if_the_check_agrees(
+        monkeypatch, held_intervals, check_gain, lookaheads, changes):
+    """``MigratorIlp.held_lookahead`` (on in ``migrator-pf``): where the usual plan keeps the
+    running configuration, the planner plans again over a lookahead lengthened by the
+    intervals it has been held, capped; a change only that plan makes is made if the simulated
+    check over as many intervals finds it gains."""
+    from rlsched.agents.baselines import planners
+    from rlsched.solver.planner import Plan
+
+    class Held(planners.MigratorIlp):
+        held_lookahead = 6
+
+    monkeypatch.setattr(planners, "observed_load", lambda env: (dict(RATES[0]), {}, {}))
+    env = GpuShareEnv("default")
+    env.reset(seed=0)
+    policy = Held()
+    policy.reset(env)
+    policy.chosen, policy.held_intervals = env.current, held_intervals
+    elsewhere = object()  # the change the longer plan proposes
+    asked: list[int] = []
+    checked: list[int] = []
+
+    def plan(windows, current, accuracy):
+        asked.append(len(windows))
+        return Plan(current if len(windows) == planners.MIGRATOR_LOOKAHEAD else elsewhere, 0.0, 0.0, 0.0, 0.0, "kOptimal", 0, 0)
+
+    def gain(proposal, running, *args, **kwargs):
+        assert proposal is elsewhere and running == env.current
+        checked.append(policy.check.horizon_intervals)
+        return check_gain
+
+    monkeypatch.setattr(policy.planner, "plan", plan)
+    monkeypatch.setattr(policy.check, "gain", gain)
+    answer = policy.act(None, env)
+    assert asked == lookaheads
+    assert checked == lookaheads[1:]  # checked over as many intervals as it was planned
+    assert (answer is elsewhere) == changes
+    assert answer is elsewhere or answer == env.current
+    assert policy.held_intervals == (1 if changes else held_intervals + 1)
