@@ -644,19 +644,21 @@ def test_migrator_pf_keeps_a_configuration_the_node_measures_serving_where_the_m
     assert answers[1.0] == GpuShareEnv("default").scenario.reference
 
 
-@pytest.mark.parametrize("held_intervals, check_gain, lookaheads, changes", [
-    (0, 1.0, [3], False),       # just chosen: only the usual plan
-    (2, 1.0, [3, 5], True),     # held 2 intervals: planned again over 3 + 2 windows, the check agrees
-    (2, -1.0, [3, 5], False),   # the check refuses: the running configuration stays
-    (20, 1.0, [3, 6], True),    # the longer lookahead stops at held_lookahead
+@pytest.mark.parametrize("intervals_run, held_intervals, check_gain, lookaheads, changes", [
+    (3, 0, 1.0, [3], False),       # just chosen: only the usual plan
+    (3, 2, 1.0, [3, 5], True),     # held 2 intervals: planned again over 3 + 2 windows, the check agrees
+    (3, 2, -1.0, [3, 5], False),   # the check refuses: the running configuration stays
+    (3, 20, 1.0, [3, 6], True),    # the longer lookahead stops at held_lookahead
+    (2, 2, 1.0, [3], False),       # fewer intervals measured than the check replays: no longer plan
 ])
 def test_a_held_configuration_is_planned_over_a_longer_lookahead_and_changed_only_if_the_check_agrees(
-        monkeypatch, held_intervals, check_gain, lookaheads, changes):
-    """``MigratorIlp.held_lookahead`` (on in ``migrator-pf``): where the usual plan keeps the
-    running configuration, the planner plans again over a lookahead lengthened by the
+        monkeypatch, intervals_run, held_intervals, check_gain, lookaheads, changes):
+    """``MigratorIlp.held_lookahead`` (on in ``migrator-pf-held``): where the usual plan keeps
+    the running configuration, the planner plans again over a lookahead lengthened by the
     intervals it has been held, capped; a change only that plan makes is made if the simulated
-    check over as many intervals finds it gains."""
-    from rlsched.agents.baselines import planners
+    check over as many intervals finds it gains; not before the node has run
+    ``MIN_HISTORY_INTERVALS`` intervals."""
+    from rlsched.agents.baselines import apply, planners
     from rlsched.solver.planner import Plan
 
     class Held(planners.MigratorIlp):
@@ -665,6 +667,8 @@ def test_a_held_configuration_is_planned_over_a_longer_lookahead_and_changed_onl
     monkeypatch.setattr(planners, "observed_load", lambda env: (dict(RATES[0]), {}, {}))
     env = GpuShareEnv("default")
     env.reset(seed=0)
+    for _ in range(intervals_run):
+        apply(env, env.current)
     policy = Held()
     policy.reset(env)
     policy.chosen, policy.held_intervals = env.current, held_intervals

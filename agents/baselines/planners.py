@@ -130,7 +130,8 @@ class MigratorIlp(Policy):
     #: Once the running configuration has been held for n intervals and the plan keeps it,
     #: plan again over ``MIGRATOR_LOOKAHEAD + n`` windows, up to this many (0: never); a change
     #: that only the longer plan makes is made if the simulated check over as many intervals
-    #: (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`) finds it gains.
+    #: (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`) finds it gains; not in the
+    #: first ``MIN_HISTORY_INTERVALS`` intervals, before the check has rates to replay.
     held_lookahead: ClassVar[int] = 0
 
     def reset(self, env: GpuShareEnv) -> None:
@@ -157,7 +158,11 @@ class MigratorIlp(Policy):
         self.last_plan, answer = self._decide(env, MIGRATOR_LOOKAHEAD, rates, backlog, accuracy)
         # Only a configuration this policy chose runs as planned (a repaired one may not).
         held = current is not None and current == self.chosen
-        if self.check is not None and held and answer == current and self.held_intervals:
+        # Not before the check has measured rates to replay: with fewer it forecasts Poisson
+        # arrivals at the smoothed rates, and passed a change at the second interval that
+        # lost 6-12% of train-two-gpus (docs/planner-bursts.md, stop 47).
+        replayable = elapsed_s >= MIN_HISTORY_INTERVALS * env.scenario.decision_interval_s
+        if self.check is not None and held and replayable and answer == current and self.held_intervals:
             answer = self._held_change(env, elapsed_s, rates, backlog, accuracy)
         self.held_intervals = self.held_intervals + 1 if held and answer == current else 1
         self.chosen = answer
@@ -250,11 +255,10 @@ class MigratorPriorityFillHeld(MigratorPriorityFill):
     again over ``MIGRATOR_LOOKAHEAD + n`` windows, at most :data:`HELD_LOOKAHEAD`, and makes
     the change that plan finds only if the request-level simulator, replaying the measured
     rates over as many intervals, confirms it gains (:attr:`MigratorIlp.held_lookahead`).
-    Measured against ``migrator-pf`` (same seeds): heldout-bursty-high 1.127x on 3 of 3 seeds
-    (it leaves the layout ``migrator-pf`` is trapped in), six traces on ``default``'s resnet
-    1.077x (5 of 6 better); but train-retrain 0.977x (0 of 3) and train-two-gpus seed 0 0.944x
-    (a change at the second interval, before the check has measured rates to replay);
-    ``default`` seeds 0-2 0.998x.
+    Measured against ``migrator-pf`` (same seeds): heldout-bursty-high 1.088x (3 of 4 seeds;
+    it leaves the layout ``migrator-pf`` is trapped in), train-two-gpus 1.025x (3 of 3); but
+    train-retrain 0.977x (0 of 3); ``default`` seeds 0-2 0.998x. Six traces on ``default``'s
+    resnet, measured before the rule waited three intervals: 1.077x (5 of 6 better).
 
     Departs from MIGRator as :class:`MigratorPriorityFill` does.
     """
