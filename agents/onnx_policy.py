@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlsched.agents.baselines.base import Policy, observed_load
+from rlsched.agents.baselines.base import Policy, intervals_left, measured_arrival_rates, observed_load
 from rlsched.agents.baselines.planners import MigratorIlp
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
@@ -235,12 +235,11 @@ class PpoPolicy(Policy):
             # The check's forecast replays the measured rates: it must see every interval's,
             # including those whose decision changes nothing.
             measured = env.backend.observe()
-            self.check.record(elapsed_s, {name: m["arrival_rate_rps"] for name, m in measured.items() if "arrival_rate_rps" in m})
+            self.check.record(elapsed_s, measured_arrival_rates(measured))
         proposal = env.repaired_configuration(decision)
         if proposal == env.current:
             return decision
-        left = round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s) if env.backend.episodic else None
-        self.last_check_gain = self.check.gain(proposal, env.current, elapsed_s, *observed_load(env), intervals_left=left)
+        self.last_check_gain = self.check.gain(proposal, env.current, elapsed_s, *observed_load(env), intervals_left=intervals_left(env, elapsed_s))
         self.report["checked_changes"] += 1
         if self.last_check_gain > 0.0:
             return decision

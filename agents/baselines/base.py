@@ -116,6 +116,22 @@ def measured_service(env: GpuShareEnv) -> dict[str, tuple[float, float]]:
             if "arrival_rate_rps" in (m := measured.get(t.name, {})) and math.isfinite(float(m.get("slo_attainment", math.nan)))}
 
 
+def measured_arrival_rates(measured: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Per tenant in the backend's last measurements (``env.backend.observe()``), its arrival
+    rate, requests/s; a tenant without one is left out: what
+    :meth:`~rlsched.simulator.lookahead.ReconfigurationCheck.record` takes every interval."""
+    return {name: m["arrival_rate_rps"] for name, m in measured.items() if "arrival_rate_rps" in m}
+
+
+def intervals_left(env: GpuShareEnv, elapsed_s: float) -> int | None:
+    """Decision intervals until the episode ends, ``elapsed_s`` node seconds in (None on a
+    backend that runs on, as a real node does): the horizon
+    :meth:`~rlsched.simulator.lookahead.ReconfigurationCheck.gain` is cut to."""
+    if not env.backend.episodic:
+        return None
+    return round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s)
+
+
 class LatencyTable:
     """Memoized performance-model predictions (mean batch latency, ms) for a scenario's GPU."""
 

@@ -10,7 +10,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from rlsched.agents.baselines.base import CapacityModel, Policy, arrival_rates_rps, equal_shares, measured_service, observed_load, sized_requests
+from rlsched.agents.baselines.base import (CapacityModel, Policy, arrival_rates_rps, equal_shares, intervals_left, measured_arrival_rates,
+                                           measured_service, observed_load, sized_requests)
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.decision import Configuration, SharingMode
@@ -154,7 +155,7 @@ class MigratorIlp(Policy):
         elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
         if self.check is not None:
             measured = env.backend.observe()
-            self.check.record(elapsed_s, {name: m["arrival_rate_rps"] for name, m in measured.items() if "arrival_rate_rps" in m})
+            self.check.record(elapsed_s, measured_arrival_rates(measured))
         self.last_plan, answer = self._decide(env, MIGRATOR_LOOKAHEAD, rates, backlog, accuracy)
         # Only a configuration this policy chose runs as planned (a repaired one may not).
         held = current is not None and current == self.chosen
@@ -199,13 +200,14 @@ class MigratorIlp(Policy):
         """
         current = env.current
         lookahead = min(self.held_lookahead, MIGRATOR_LOOKAHEAD + self.held_intervals)
-        plan, longer = self._decide(env, lookahead, rates, backlog, accuracy)
-        if lookahead <= MIGRATOR_LOOKAHEAD or longer == current:
+        if lookahead <= MIGRATOR_LOOKAHEAD:
             return current
-        left = round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s) if env.backend.episodic else None
+        plan, longer = self._decide(env, lookahead, rates, backlog, accuracy)
+        if longer == current:
+            return current
         self.check.horizon_intervals = lookahead
         self.report["longer_plans_checked"] += 1
-        if self.check.gain(longer, current, elapsed_s, rates, backlog, accuracy, intervals_left=left) <= 0.0:
+        if self.check.gain(longer, current, elapsed_s, rates, backlog, accuracy, intervals_left=intervals_left(env, elapsed_s)) <= 0.0:
             return current
         self.report["longer_plans_made"] += 1
         self.last_plan = plan
@@ -405,7 +407,7 @@ class MigratorBurst(MigratorIlp):
         record_residuals(self.residuals, self.forecast_rps, measured)
         self.forecast_rps = dict(rates)
         elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
-        self.check.record(elapsed_s, {name: m["arrival_rate_rps"] for name, m in measured.items() if "arrival_rate_rps" in m})
+        self.check.record(elapsed_s, measured_arrival_rates(measured))
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         spread = forecast_spread(self.residuals)
         current = env.current
@@ -434,7 +436,7 @@ class MigratorBurst(MigratorIlp):
         if not proposals:
             return current if self.planner.restarted(answer, current) else answer
         best = max(proposals, key=score)
-        left = round((env.scenario.duration_s - elapsed_s) / env.scenario.decision_interval_s) if env.backend.episodic else None
+        left = intervals_left(env, elapsed_s)
         if self.check.gain(best, current, elapsed_s, rates, backlog, accuracy, intervals_left=left) > 0.0:
             return best
         self.refused.append((best, step))
