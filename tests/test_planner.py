@@ -693,3 +693,37 @@ def test_a_held_configuration_is_planned_over_a_longer_lookahead_and_changed_onl
     assert (answer is elsewhere) == changes
     assert answer is elsewhere or answer == env.current
     assert policy.held_intervals == (1 if changes else held_intervals + 1)
+
+
+def test_tenants_that_fit_only_at_smaller_batches_are_planned_at_them(tmp_path):
+    """Two bert retraining jobs need 15.75 GB each at their usual batch (8) and one 24 GB A30
+    holds only one: the MILP at the usual batches is infeasible, so the planner plans again
+    with a column at every smaller batch instead of failing (found by random node shapes:
+    the daemon's fallback planner raised, stop 48)."""
+    import yaml
+
+    from rlsched.workloads.scenario import load_scenario
+
+    retrain = {"kind": "continual-learning", "serves": "bert", "model": "bert", "restart_s": 10.0,
+               "ekya": {"b0": 0.5, "b1": 2.0, "b2": 0.05}, "samples_per_unit": 3000, "drift_window_s": 30}
+    path = tmp_path / "a30.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "a30-two-retrainers", "gpu": "a30-24gb", "gpu_count": 1, "duration_s": 60, "decision_interval_s": 10,
+        "tenants": [{"name": "bert", "model": "bert-base", "slo_ms": 80, "max_batch": 32, "batch_timeout_ms": 5, "restart_s": 8.0,
+                     "arrivals": {"kind": "poisson", "rate_rps": 100}},
+                    {"name": "retrain-a", **retrain}, {"name": "retrain-b", **retrain}]}))
+    env = GpuShareEnv(load_scenario(path))
+    env.reset(seed=0)
+    memory = env.backend.memory_gib
+    assert memory("retrain-a", 8) + memory("retrain-b", 8) > 24.0  # what made it infeasible
+    for priority_fill in (False, True):
+        planner = Planner(env.scenario, env.backend.perf_model, memory, priority_fill_columns=priority_fill)
+        config = planner.plan({"bert": 100.0}).configuration
+        assert config.problems(env.tenant_names) == []
+        for g, layout in enumerate(config.layouts):
+            for i, gi in enumerate(layout.instances):
+                need = sum(memory(n, config.placements[n].batch_size) for n in config.tenants_in(g, i))
+                assert need <= planner.gpu.profiles[gi.profile].memory_gib + 1e-9
+        assert min(config.placements[n].batch_size for n in ("retrain-a", "retrain-b")) < 8
+        _, _, _, _, info = env.step_configuration(config)
+        assert not info["repaired"]

@@ -815,12 +815,15 @@ class Planner:
 
     def options(self, rates: Sequence[Rates], current: Configuration | None, accuracy: Mapping[str, float],
                 gpus_of: Mapping[str, Sequence[int]] | None = None, rate_cv: Rates | None = None,
-                held_values: Mapping[str, float] | None = None) -> list[PlanOption]:
+                held_values: Mapping[str, float] | None = None, smaller_batches: bool = False) -> list[PlanOption]:
         """Every column of the MILP: per tenant, GPU and GI placement, the share levels that
         add value over the smaller ones (plus 100% and the running share), each at its best batch.
 
         :param held_values: :meth:`configuration_values` of ``current`` at these rates, when
             the caller has them already
+        :param smaller_batches: also a column at every smaller batch level that needs less
+            memory (after the best batch's): for a node whose tenants fit only at smaller
+            batches (:meth:`_milp_configuration` retries with them)
         """
         placements = sorted({gi for layout in self.layouts for gi in layout.instances}) if self.gpu.mig_supported else [None]
         if current is not None and self.gpu.mig_supported:
@@ -843,11 +846,13 @@ class Planner:
                     for count in self.co_runner_counts(share, others):
                         value, batch = self.option_value(t, profile, share, rates, accuracy, rate_cv=rate_cv, co_runners=count)
                         memory = self.memory_gib(t.name, batch)
-                        if memory > self._gi_memory(profile) + 1e-9:
-                            continue
+                        fits = memory <= self._gi_memory(profile) + 1e-9
                         useful = value > best.get(count, -math.inf) + 2 * SHARE_TIE_BREAK * 100.0 or share == 100.0 or share == self.share_levels[0]
-                        best[count] = max(best.get(count, -math.inf), value)
-                        table.append((share, count, value, batch, memory, useful))
+                        if fits:
+                            best[count] = max(best.get(count, -math.inf), value)
+                            table.append((share, count, value, batch, memory, useful))
+                        if smaller_batches and useful:
+                            table += self._smaller_batch_columns(t, profile, share, count, batch, memory, rates, accuracy, rate_cv)
                 for g in allowed:
                     for gi in placements:
                         if (gi.profile if gi else None) != profile:
@@ -861,6 +866,21 @@ class Planner:
                             hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held, t.name, current)
                             options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost, hurdle, count))
         return options
+
+    def _smaller_batch_columns(self, tenant: Tenant, profile: str | None, share: float, count: int | None, batch: int, memory: float,
+                               rates: Sequence[Rates], accuracy: Mapping[str, float], rate_cv: Rates | None) -> list[tuple]:
+        """:meth:`options`' table rows for ``tenant`` at each batch level below ``batch`` that
+        needs less memory than the next larger one and fits the GI: (share, co-runners, value,
+        batch, memory, useful)."""
+        rows = []
+        for b in reversed(self.batch_levels):
+            smaller = self.memory_gib(tenant.name, b)
+            if b < batch and smaller < memory:
+                if smaller <= self._gi_memory(profile) + 1e-9:
+                    value, _ = self.option_value(tenant, profile, share, rates, accuracy, b, rate_cv, count)
+                    rows.append((share, count, value, b, smaller, True))
+                memory = smaller
+        return rows
 
     # ------------------------------------------------------------------ the MILP
     def forecast(self, rates: Rates | Sequence[Rates], backlog: Mapping[str, float] | None = None) -> list[dict[str, float]]:
@@ -946,8 +966,17 @@ class Planner:
             key = tuple(sorted((name, tuple(allowed)) for name, allowed in gpus_of.items()))
             if key not in columns_of:
                 columns_of[key] = self.options(windows, current, accuracy, gpus_of, rate_cv, held)
-            chosen, placed, pf, v, c, h, milp, status = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus,
-                                                                    rate_cv, priority_fill)
+            try:
+                solved = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill)
+            except SolverError:
+                # The tenants fit only at smaller batches than their best ones (two retraining
+                # jobs of bert need 15.75 GB each at batch 8 and a 24 GB A30 holds one): again,
+                # with a column at every smaller batch.
+                key = (*key, "smaller batches")
+                if key not in columns_of:
+                    columns_of[key] = self.options(windows, current, accuracy, gpus_of, rate_cv, held, smaller_batches=True)
+                solved = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill)
+            chosen, placed, pf, v, c, h, milp, status = solved
             for g, layout in chosen.items():
                 layouts[g] = layout
             placements.update(placed)
@@ -972,7 +1001,10 @@ class Planner:
         (:meth:`priority_fill_member_values`: several fillers split that time, so the MILP
         values them high, and the exact valuation of :meth:`plan` decides). Each at the batch
         of the tenant's 100% MPS column in that GI (one that does not fit has none)."""
-        full = {(o.tenant, o.gpu, o.instance): o for o in options if o.mps_pct == 100.0 and o.instance is not None}
+        full: dict[tuple[str, int, GpuInstance], PlanOption] = {}
+        for o in options:  # the first: its best batch (options' smaller batches follow it)
+            if o.mps_pct == 100.0 and o.instance is not None:
+                full.setdefault((o.tenant, o.gpu, o.instance), o)
         order = {t.name: k for k, t in enumerate(self.scenario.tenants)}
 
         def rank(name: str) -> tuple[int, int]:  # who runs first in a shared GI (scenario order breaks ties)
