@@ -10,6 +10,7 @@ import pytest
 from rlsched.agents.baselines import POLICIES, apply, make_policy
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
+from rlsched.hardware import gpu_names
 from rlsched.workloads.suite import load_suite
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
@@ -178,3 +179,40 @@ def test_static_best_rankings_tries_every_grouping_and_beats_one_ranking_where_i
     policy = make_policy("static-best-rankings")  # the search over every ranking, on the episode it is evaluated on
     policy.reset(env)
     assert policy.objective_in_hindsight > 1.2 * one_ranking
+
+
+MIXED_NODE = {
+    "duration_s": 30, "decision_interval_s": 10,
+    "tenants": [
+        {"name": "resnet", "model": "resnet50", "slo_ms": 50, "priority": "high", "max_batch": 32, "batch_timeout_ms": 2, "restart_s": 5.0,
+         "arrivals": {"kind": "mmpp", "rates_rps": [50, 400], "mean_sojourn_s": [20, 10]}},
+        {"name": "bert", "model": "bert-base", "slo_ms": 100, "max_batch": 32, "batch_timeout_ms": 5, "restart_s": 8.0,
+         "arrivals": {"kind": "poisson", "rate_rps": 80}, "active": [{"from_s": 10, "until_s": 30}]},
+        {"name": "vgg", "model": "vgg19", "slo_ms": 200, "priority": "low", "max_batch": 32, "batch_timeout_ms": 5, "restart_s": 8.0,
+         "arrivals": {"kind": "poisson", "rate_rps": 40}},
+        {"name": "retrain-bert", "kind": "continual-learning", "serves": "bert", "model": "bert", "restart_s": 10.0,
+         "ekya": {"b0": 0.5, "b1": 2.0, "b2": 0.05}, "samples_per_unit": 3000, "drift_window_s": 30},
+        {"name": "tune", "kind": "best-effort", "model": "resnet50", "restart_s": 8.0},
+    ]}
+
+
+@pytest.mark.parametrize("gpu", gpu_names())
+def test_decision_policies_run_on_every_gpu_type_of_the_catalog(tmp_path, gpu):
+    """Held-out nodes use GPU types and shapes the repo's scenarios do not: every catalog
+    GPU (MIG or not), two of them, inference, retraining and best-effort tenants, one
+    of them deployed mid-episode. The planners and the fixed-layout baselines decide
+    feasible configurations on each (an A30 with two retraining jobs once made the planner
+    MILP infeasible, stop 48)."""
+    import yaml
+
+    from rlsched.agents.evaluation import run_episode
+    from rlsched.workloads.scenario import load_scenario
+
+    path = tmp_path / "node.yaml"
+    path.write_text(yaml.safe_dump({"name": f"mixed-{gpu}", "gpu": gpu, "gpu_count": 2, **MIXED_NODE}))
+    scenario = load_scenario(path)
+    for name in ("static-best", "migrator-ilp", "migrator-pf", "fikit", "igniter", "ekya"):
+        env = GpuShareEnv(scenario)
+        episode = run_episode(env, name, 0)
+        assert len(episode.rewards) == 3 and all(math.isfinite(r) for r in episode.rewards), name
+        assert all(c.problems(env.tenant_names) == [] for c in episode.configurations), name
