@@ -10,6 +10,8 @@ seed:
   later) and the rest (valuing the library, choosing);
 - the candidate scorer's network alone (``CandidateScorerPolicy``'s forward pass on one
   observation), without the candidate valuing it needs as input;
+- with ``--policies NAMES``: each named baseline's whole ``act`` (e.g. the daemon's
+  ``auto`` on a node the shipped PPO policy was not made for);
 - with ``--hedge-ppo SPEC`` (e.g. ``hedge-ppo:runs/NAME``): ``hedge-ppo``'s time split into
   replaying the last interval in its shadows (work a deployment can run beside the decision
   loop, as soon as the interval's request log is in) and the rest (the evidence, the
@@ -17,6 +19,7 @@ seed:
 
     python scripts/bench_decisions.py              # 60 decisions per case
     python scripts/bench_decisions.py --hedge-ppo hedge-ppo:runs/hedge-ppo-v1
+    python scripts/bench_decisions.py --policies migrator-pf,migrator-pf-held,migrator-hedge
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ def percentiles(times: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="decisions per case and policy")
+    parser.add_argument("--policies", default="", help="also time these baselines' whole act (comma-separated names)")
     parser.add_argument("--hedge-ppo", default=None, help="also time this hedge-ppo policy (hedge-ppo or hedge-ppo:PATH)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -117,6 +121,9 @@ def main() -> None:
         print(f"  planner-library, whole act          {percentiles(library)}  (p99 {np.percentile(library, 99) / p99:.2f}x the planner's)")
         print(f"  planner-library, without the solves {percentiles(choosing)}  (p99 {np.percentile(choosing, 99) / p99:.2f}x; "
               f"{sum(s > 0 for s in solving)} decisions asked for a solve)")
+        for name in filter(None, args.policies.split(",")):
+            whole, _ = decision_times(scenario, name, args.steps)
+            print(f"  {name + ', whole act':<35}{percentiles(whole)}  (p99 {np.percentile(whole, 99) / p99:.2f}x the planner's)")
         if args.hedge_ppo:
             whole, shadows = hedge_times(scenario, args.hedge_ppo, args.steps)
             rest = [t - s for t, s in zip(whole, shadows, strict=True)]

@@ -53,7 +53,7 @@ def test_serve_sim_50_cycles_writes_tensorboard_state_and_exits_0(tmp_path):
     assert run.returncode == 0, run.stderr
     events = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     assert events[0]["event"] == "start" and events[0]["metrics"].startswith("127.0.0.1:")
-    assert events[0]["policy"] == "ppo"  # the shipped policy decides, the planner only falls back
+    assert events[0]["policy"] == "migrator-pf-held"  # what `auto` runs; migrator-ilp only falls back
     assert events[-1]["event"] == "stop" and events[-1]["cycle"] == 50
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -166,10 +166,12 @@ def test_bad_config_names_file_field_and_value_and_exits_2(tmp_path, capsys):
     assert main(["serve", "--backend", "sim", "--metrics-addr", "localhost:99999", "--cycles", "1"]) == 2
 
 
-def test_auto_runs_the_shipped_policy_on_its_node_shape_and_the_hedge_elsewhere(tmp_path):
-    assert Daemon(tiny_config(tmp_path, scenario="default", policy="auto")).guard.policy.name == "ppo"
-    other = Daemon(tiny_config(tmp_path, policy="auto", cycles=2))  # the tiny node: two tenants, not the network's four
-    assert other.guard.policy.name == "migrator-hedge"
+def test_auto_runs_the_held_out_best_planner_on_every_node_shape(tmp_path):
+    # The default node is the shipped PPO policy's shape; it runs only when named (--policy ppo).
+    assert Daemon(tiny_config(tmp_path, scenario="default", policy="auto")).guard.policy.name == "migrator-pf-held"
+    assert Daemon(tiny_config(tmp_path, scenario="default", policy="ppo")).guard.policy.name == "ppo"
+    other = Daemon(tiny_config(tmp_path, policy="auto", cycles=2))  # the tiny node: two tenants
+    assert other.guard.policy.name == "migrator-pf-held"
     assert other.run() == 0 and other.cycle == 2 and other.fallbacks == 0
 
 
@@ -390,17 +392,17 @@ def test_planner_decides_on_real_gpus_before_any_tenant_is_measured(tmp_path, po
     assert fake.layout(0).spec() != "3g.20gb@0,3g.20gb@4"  # and its layout for the declared load was applied
 
 
-def test_auto_on_real_gpus_of_another_node_shape_runs_the_hedge_on_the_declared_rates(tmp_path, caplog):
-    # No observation source and no request log: the hedge's shadows replay Poisson arrivals at
-    # the declared rates, and its decisions are applied through NVML.
+def test_auto_on_real_gpus_plans_on_the_declared_rates(tmp_path, caplog):
+    # No observation source: the planner plans on the declared rates, and its decisions are
+    # applied through NVML.
     fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
     config = tiny_config(tmp_path, backend="nvml", apply=True, cycles=3, policy="auto", observation_tolerance=1e9, log_level="debug")
     daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
-    assert daemon.guard.policy.name == "migrator-hedge"
+    assert daemon.guard.policy.name == "migrator-pf-held"
     with caplog.at_level("DEBUG", logger="rlsched.daemon"):
         assert daemon.run() == 0
     cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]
-    assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-hedge"}
+    assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-pf-held"}
     assert fake.layout(0).spec() == daemon.env.current.layouts[0].spec()  # the decided layout is on the GPU
 
 

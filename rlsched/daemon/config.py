@@ -28,8 +28,8 @@ class DaemonConfig:
     :param source: the file it was read from (named in errors)
     :param scenario: bundled scenario name or YAML path (tenants, GPU type and count)
     :param backend: ``sim`` (as fast as possible), ``nvml`` or ``mig-parted`` (real time)
-    :param policy: decision policy: ``auto`` (the shipped PPO policy where it is installed and
-        made for this node's shape, else ``migrator-hedge``), ``ppo`` (``ppo@P``: overriding the policy file's planner-takeover
+    :param policy: decision policy: ``auto`` (``migrator-pf-held``, the method that measured
+        best on held-out traffic and node shapes), ``ppo`` (``ppo@P``: overriding the policy file's planner-takeover
         probability with P) or a baseline name
     :param policy_path: ONNX file of the ``ppo`` policy (None: the shipped one)
     :param fallback_policy: the planner used whenever the policy cannot be trusted

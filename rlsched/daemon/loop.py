@@ -82,7 +82,7 @@ class Daemon:
         self.gi_operations = 0
         self.exporter: PrometheusExporter | None = None
         self.env = self._make_env(dict(backend_options or {}))
-        self.guard = GuardedPolicy(build_policy(config.policy, config.policy_path, self.env), build_policy(config.fallback_policy), config.observation_tolerance)
+        self.guard = GuardedPolicy(build_policy(config.policy, config.policy_path), build_policy(config.fallback_policy), config.observation_tolerance)
 
     def _make_env(self, options: dict[str, Any]) -> GpuShareEnv:
         config = self.config

@@ -45,31 +45,21 @@ class Verdict:
 HINDSIGHT_ONLY = ("static-best", "hindsight")
 
 
-#: What ``auto`` runs where the shipped PPO policy cannot: the planner hedged by the fixed
-#: layouts, which holds up where the planner alone collapses (bursty traffic) and follows it
-#: elsewhere (README, "Baselines and evaluation").
-AUTO_WITHOUT_PPO = "migrator-hedge"
+#: What ``auto`` runs, on every node: the decision method that measured best on traffic and
+#: node shapes it was not tuned on (docs/planner-bursts.md, stop 48). On the held-out suite
+#: (seeds 0-1) it earns 1.31x ``static-best`` against 1.21x for ``migrator-hedge`` (``auto``
+#: before); on six DeepSeek-R1 / ServeGen traces on the default node's high-priority tenant,
+#: 0.96-1.77x ``static-best``, where the shipped PPO policy (``auto`` on that node shape
+#: before) fell to 0.24x and below zero on two. It needs only measured rates, no request log.
+AUTO_POLICY = "migrator-pf-held"
 
 
-def shipped_ppo_for(env: GpuShareEnv) -> Policy | None:
-    """The shipped PPO policy if it is installed and made for ``env``'s node shape, else None."""
-    from rlsched.agents.onnx_policy import SHIPPED_POLICY, PpoPolicy
-
-    if not SHIPPED_POLICY.exists():
-        return None
-    policy = PpoPolicy("ppo")
-    return policy if policy.mismatch(env) is None else None
-
-
-def build_policy(name: str, path: str | None = None, env: GpuShareEnv | None = None) -> Policy:
-    """``auto`` (the shipped PPO policy where it can decide for ``env``'s node, else
-    :data:`AUTO_WITHOUT_PPO`), ``ppo`` (the shipped policy, or the exported policy / training
-    run at ``path``; ``ppo@P`` with the planner-takeover probability P), or a baseline by name."""
+def build_policy(name: str, path: str | None = None) -> Policy:
+    """``auto`` (:data:`AUTO_POLICY`), ``ppo`` (the shipped policy, or the exported policy /
+    training run at ``path``; ``ppo@P`` with the planner-takeover probability P), or a
+    baseline by name."""
     if name == "auto":
-        shipped = shipped_ppo_for(env) if env is not None else None
-        if shipped is not None:
-            return shipped
-        name = AUTO_WITHOUT_PPO
+        name = AUTO_POLICY
     if name == "ppo" or name.startswith("ppo@"):
         from rlsched.agents.onnx_policy import PpoPolicy
 
