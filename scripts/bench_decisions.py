@@ -10,8 +10,8 @@ seed:
   later) and the rest (valuing the library, choosing);
 - the candidate scorer's network alone (``CandidateScorerPolicy``'s forward pass on one
   observation), without the candidate valuing it needs as input;
-- with ``--policies NAMES``: each named baseline's whole ``act`` (e.g. the daemon's
-  ``auto`` on a node the shipped PPO policy was not made for);
+- with ``--policies NAMES``: each named baseline's whole ``act`` (e.g. ``migrator-pf-held``,
+  what the daemon's ``auto`` runs);
 - with ``--hedge-ppo SPEC`` (e.g. ``hedge-ppo:runs/NAME``): ``hedge-ppo``'s time split into
   replaying the last interval in its shadows (work a deployment can run beside the decision
   loop, as soon as the interval's request log is in) and the rest (the evidence, the
