@@ -48,9 +48,9 @@ HINDSIGHT_ONLY = ("static-best", "hindsight")
 #: What ``auto`` runs, on every node: the decision method that measured best on traffic and
 #: node shapes it was not tuned on (docs/planner-bursts.md, stop 48). On the held-out suite
 #: (seeds 0-1) it earns 1.31x ``static-best`` against 1.21x for ``migrator-hedge`` (``auto``
-#: before); on six DeepSeek-R1 / ServeGen traces on the default node's high-priority tenant,
-#: 0.96-1.77x ``static-best``, where the shipped PPO policy (``auto`` on that node shape
-#: before) fell to 0.24x and below zero on two. It needs only measured rates, no request log.
+#: before); on ten DeepSeek-R1 / ServeGen traces on the default node's high-priority
+#: tenant, at least 0.96x ``static-best`` on each, where the shipped PPO policy (``auto`` on
+#: that node shape before) ended below zero on 4 of 10. It needs only measured rates.
 AUTO_POLICY = "migrator-pf-held"
 
 
