@@ -392,18 +392,39 @@ def test_planner_decides_on_real_gpus_before_any_tenant_is_measured(tmp_path, po
     assert fake.layout(0).spec() != "3g.20gb@0,3g.20gb@4"  # and its layout for the declared load was applied
 
 
-def test_auto_on_real_gpus_plans_on_the_declared_rates(tmp_path, caplog):
+def test_auto_on_real_gpus_plans_mps_only_on_the_declared_rates(tmp_path, caplog):
     # No observation source: the planner plans on the declared rates, and its decisions are
-    # applied through NVML.
+    # applied through NVML. rlsched starts no priority-fill scheduler on a real node, so `auto`
+    # runs the MPS-only planner there.
     fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
     config = tiny_config(tmp_path, backend="nvml", apply=True, cycles=3, policy="auto", observation_tolerance=1e9, log_level="debug")
     daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
-    assert daemon.guard.policy.name == "migrator-pf-held"
+    assert daemon.guard.policy.name == "migrator-ilp"
     with caplog.at_level("DEBUG", logger="rlsched.daemon"):
         assert daemon.run() == 0
     cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]
-    assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-pf-held"}
+    assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-ilp"}
     assert fake.layout(0).spec() == daemon.env.current.layouts[0].spec()  # the decided layout is on the GPU
+    assert not [r for r in caplog.records if r.getMessage() == "priority fill without a scheduler"]
+
+
+def test_priority_fill_on_a_real_node_is_reported_as_unscheduled_once_per_tenant_set(tmp_path, caplog):
+    # FIKIT's fixed rule puts the tenants in priority fill; nothing on the node schedules it.
+    fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
+    config = tiny_config(tmp_path, backend="nvml", apply=True, cycles=3, policy="fikit", observation_tolerance=1e9)
+    daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
+    with caplog.at_level("INFO", logger="rlsched.daemon"):
+        assert daemon.run() == 0
+    warnings = [r.fields for r in caplog.records if r.getMessage() == "priority fill without a scheduler"]
+    assert len(warnings) == 1 and warnings[0]["tenants"] and "time-slice" in warnings[0]["detail"]
+    current = daemon.env.current
+    placed = {n for n, p in current.placements.items() if current.modes[p.gpu_index][p.instance_index].value == "priority-fill"}
+    assert set(warnings[0]["tenants"]) == placed
+    # The simulator models priority fill as FIKIT schedules it: no warning there.
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rlsched.daemon"):
+        assert Daemon(tiny_config(tmp_path, policy="fikit", cycles=2)).run() == 0
+    assert not [r for r in caplog.records if r.getMessage() == "priority fill without a scheduler"]
 
 
 # ---------------------------------------------------------------------- soak

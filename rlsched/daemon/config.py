@@ -17,6 +17,8 @@ from rlsched.errors import ConfigError
 
 #: Backends ``rlsched serve`` drives.
 SERVE_BACKENDS = ("sim", "nvml", "mig-parted")
+#: Those that drive a real node (the rest simulate one).
+REAL_BACKENDS = ("nvml", "mig-parted")
 #: Observation sources on real backends.
 OBSERVATION_SOURCES = ("none", "prometheus")
 
@@ -28,8 +30,9 @@ class DaemonConfig:
     :param source: the file it was read from (named in errors)
     :param scenario: bundled scenario name or YAML path (tenants, GPU type and count)
     :param backend: ``sim`` (as fast as possible), ``nvml`` or ``mig-parted`` (real time)
-    :param policy: decision policy: ``auto`` (``migrator-pf-held``, the method that measured
-        best on held-out traffic and node shapes), ``ppo`` (``ppo@P``: overriding the policy file's planner-takeover
+    :param policy: decision policy: ``auto`` (``migrator-pf-held`` on the simulator, the method
+        that measured best on held-out traffic and node shapes; ``migrator-ilp``, MPS only, on a
+        real node, where rlsched starts no priority-fill scheduler), ``ppo`` (``ppo@P``: overriding the policy file's planner-takeover
         probability with P) or a baseline name
     :param policy_path: ONNX file of the ``ppo`` policy (None: the shipped one)
     :param fallback_policy: the planner used whenever the policy cannot be trusted

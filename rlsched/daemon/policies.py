@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsched.agents.baselines import Decision, Policy, make_policy
+from rlsched.daemon.config import REAL_BACKENDS
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError, RlschedError
@@ -45,21 +46,35 @@ class Verdict:
 HINDSIGHT_ONLY = ("static-best", "hindsight")
 
 
-#: What ``auto`` runs, on every node: the decision method that measured best on traffic and
-#: node shapes it was not tuned on (docs/planner-bursts.md, stop 48). On the held-out suite
-#: (seeds 0-1) it earns 1.31x ``static-best`` against 1.21x for ``migrator-hedge`` (``auto``
-#: before); on ten DeepSeek-R1 / ServeGen traces on the default node's high-priority
-#: tenant, at least 0.96x ``static-best`` on each, where the shipped PPO policy (``auto`` on
-#: that node shape before) ended below zero on 4 of 10. It needs only measured rates.
+#: What ``auto`` runs on the simulator backend: the decision method that measured best on
+#: traffic and node shapes it was not tuned on (docs/planner-bursts.md, stop 48). On the
+#: held-out suite (seeds 0-1) it earns 1.31x ``static-best`` against 1.21x for
+#: ``migrator-hedge``; on ten DeepSeek-R1 / ServeGen traces on the default node's
+#: high-priority tenant, at least 0.96x ``static-best`` on each, where the shipped PPO policy
+#: ended below zero on 4 of 10. Its gains come from priority fill as the simulator models it:
+#: FIKIT's kernel scheduler.
 AUTO_POLICY = "migrator-pf-held"
+#: What ``auto`` runs on a real node (``nvml``, ``mig-parted``): an MPS-only planner. rlsched
+#: starts no priority-fill scheduler there, so the tenants of a priority-fill instance
+#: time-slice, and a real H100 gave the high-priority one 1.55-2.39x its solo latency, not
+#: FIKIT's 1.05x (docs/hardware-probes/README.md, 2026-11-27). Run with priority-fill instances
+#: executed as time slicing, ``migrator-pf-held`` earned 0.80-0.98x ``migrator-ilp`` on the
+#: held-out suite (docs/planner-bursts.md, stop 49).
+AUTO_POLICY_REAL_NODE = "migrator-ilp"
 
 
-def build_policy(name: str, path: str | None = None) -> Policy:
-    """``auto`` (:data:`AUTO_POLICY`), ``ppo`` (the shipped policy, or the exported policy /
-    training run at ``path``; ``ppo@P`` with the planner-takeover probability P), or a
-    baseline by name."""
+def auto_policy(backend: str) -> str:
+    """What ``auto`` runs on ``backend``: :data:`AUTO_POLICY` on the simulator,
+    :data:`AUTO_POLICY_REAL_NODE` on a real node."""
+    return AUTO_POLICY_REAL_NODE if backend in REAL_BACKENDS else AUTO_POLICY
+
+
+def build_policy(name: str, path: str | None = None, backend: str = "sim") -> Policy:
+    """``auto`` (:func:`auto_policy` of ``backend``), ``ppo`` (the shipped policy, or the
+    exported policy / training run at ``path``; ``ppo@P`` with the planner-takeover
+    probability P), or a baseline by name."""
     if name == "auto":
-        name = AUTO_POLICY
+        name = auto_policy(backend)
     if name == "ppo" or name.startswith("ppo@"):
         from rlsched.agents.onnx_policy import PpoPolicy
 
