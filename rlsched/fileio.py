@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -28,3 +29,14 @@ def write_bytes_atomically(path: str | Path, data: bytes) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def emit_json(report: object, folder: str | Path | None, name: str) -> None:
+    """A script's JSON report: written atomically to ``folder/name`` (the folder created), or
+    printed to stdout without a folder."""
+    text = json.dumps(report, indent=1)
+    if folder is None:
+        print(text)
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    write_text_atomically(Path(folder) / name, text)

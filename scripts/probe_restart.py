@@ -35,7 +35,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlsched.fileio import write_text_atomically  # noqa: E402
+from rlsched.fileio import emit_json  # noqa: E402
 
 #: The child process: it prints one JSON line of phase times (seconds).
 CHILD = r"""
@@ -131,12 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         report = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
                   **probe(args.models.split(","), args.tries, args.batch, args.device, Path(folder), args.drop_page_cache)}
-    text = json.dumps(report, indent=1)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(args.out / "restart-probe.json", text)
-    else:
-        print(text)
+    emit_json(report, args.out, "restart-probe.json")
     return 0
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import subprocess
 import sys
 import threading
@@ -45,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlsched.errors import ConfigError  # noqa: E402
-from rlsched.fileio import write_text_atomically  # noqa: E402
+from rlsched.fileio import emit_json  # noqa: E402
 from rlsched.perfmodel.calibration import load_support  # noqa: E402
 from rlsched.perfmodel.profiler import build_model, make_input, precision_settings  # noqa: E402
 
@@ -228,12 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     for first, filler in pairs:
         print(f"{first[0]} batch {first[1]} (high priority) with {filler[0]} batch {filler[1]} (filler)", flush=True)
         report["pairs"].append(probe_pair(first, filler, device, args.seconds, sharing))
-    text = json.dumps(report, indent=1)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(args.out / "sharing-probe.json", text)
-    else:
-        print(text)
+    emit_json(report, args.out, "sharing-probe.json")
     return 0
 
 
