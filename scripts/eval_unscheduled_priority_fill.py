@@ -12,7 +12,9 @@ compared with an MPS-only one:
     python scripts/eval_unscheduled_priority_fill.py --scenario default \\
         --trace resnet=configs/traces/servegen_m_small_rate_10min.csv:0.52:48 --policies migrator-pf-held
 
-Prints one line per policy: Goodput, high-priority SLO attainment, reconfigurations.
+Prints one line per policy: Goodput, high-priority SLO attainment, reconfigurations. The
+policy ``static-best`` is the best fixed configuration in hindsight on this node (the same
+candidates as the evaluation's ``static-best``, their priority-fill instances time-sliced).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import dataclasses
 import sys
 
+from rlsched.agents.baselines.hindsight import best_fixed_configuration
 from rlsched.agents.evaluation import run_episode
 from rlsched.decision import Configuration, SharingMode
 from rlsched.envs.gpushare import GpuShareEnv
@@ -46,6 +49,14 @@ def unscheduled_env(scenario) -> GpuShareEnv:
     return env
 
 
+def static_best(scenario, seed: int) -> float:
+    """The Goodput of the best fixed configuration in hindsight on a node whose priority-fill
+    instances time-slice, on the episode of ``seed`` (``static-best``'s candidates)."""
+    env = GpuShareEnv(scenario)
+    env.reset(seed=seed)
+    return best_fixed_configuration([(unscheduled_env(scenario), env.backend_seed)])[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", required=True, help="scenario YAML file, or the name of a bundled one")
@@ -56,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scenario = with_trace_overrides(load_scenario(args.scenario), args.trace)
         for name in args.policies.split(","):
+            if name == "static-best":
+                print(f"{name:<24} goodput {static_best(scenario, args.seed):>14,.0f}")
+                continue
             episode = run_episode(unscheduled_env(scenario), name, args.seed)
             slo = episode.on_time_high / episode.decided_high if episode.decided_high else float("nan")
             print(f"{name:<24} goodput {episode.goodput:>14,.0f}  high-priority SLO {slo:.3f}  reconfigurations {episode.reconfigurations}")

@@ -36,3 +36,16 @@ def test_cli_prints_one_line_per_policy_and_names_a_bad_scenario():
     assert [line.split()[0] for line in out] == ["fikit", "migrator-ilp"]
     bad = subprocess.run([sys.executable, str(SCRIPT), "--scenario", "no-such-scenario"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no-such-scenario" in bad.stderr
+
+
+def test_static_best_on_a_node_without_a_scheduler_keeps_an_mps_best():
+    # On the tiny node the best fixed configuration is MPS only: time-sliced priority fill
+    # cannot beat it, so the reference is unchanged.
+    from rlsched.agents.baselines.hindsight import best_fixed_configuration
+
+    scenario = load_scenario(TINY)
+    env = GpuShareEnv(scenario)
+    env.reset(seed=0)
+    objective, configuration = best_fixed_configuration([(GpuShareEnv(scenario), env.backend_seed)])
+    assert SharingMode.PRIORITY_FILL not in {m for gpu in configuration.modes for m in gpu}
+    assert unscheduled.static_best(scenario, 0) == objective
