@@ -395,15 +395,15 @@ def test_planner_decides_on_real_gpus_before_any_tenant_is_measured(tmp_path, po
 def test_auto_on_real_gpus_plans_mps_only_on_the_declared_rates(tmp_path, caplog):
     # No observation source: the planner plans on the declared rates, and its decisions are
     # applied through NVML. rlsched starts no priority-fill scheduler on a real node, so `auto`
-    # runs the MPS-only planner there.
+    # runs the hedge whose planner and fixed layouts are MPS only there.
     fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
     config = tiny_config(tmp_path, backend="nvml", apply=True, cycles=3, policy="auto", observation_tolerance=1e9, log_level="debug")
     daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
-    assert daemon.guard.policy.name == "migrator-ilp"
+    assert daemon.guard.policy.name == "migrator-hedge-mps"
     with caplog.at_level("DEBUG", logger="rlsched.daemon"):
         assert daemon.run() == 0
     cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]
-    assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-ilp"}
+    assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-hedge-mps"}
     assert fake.layout(0).spec() == daemon.env.current.layouts[0].spec()  # the decided layout is on the GPU
     assert not [r for r in caplog.records if r.getMessage() == "priority fill without a scheduler"]
 

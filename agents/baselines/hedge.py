@@ -41,14 +41,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from rlsched.agents.baselines.base import Decision, Policy, apply
 from rlsched.agents.baselines.hindsight import (PROFILING_SEED_OFFSET, FixedConfiguration, day_intervals, grouping_rollouts, layout_candidates,
                                                 preceding_scenario)
-from rlsched.agents.baselines.planners import MigratorIlp, MigratorQueue
+from rlsched.agents.baselines.planners import MigratorIlp, MigratorQueue, uses_priority_fill
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.workloads.arrivals import ObservedArrivals
@@ -202,6 +202,9 @@ class MigratorHedge(Policy):
     #: The planners among the experts, (shadow name, rule); the first is the one the node
     #: follows first and the one "the planner" means in the report.
     planner_rules: tuple[tuple[str, type[MigratorIlp]], ...] = (("planner", MigratorIlp),)
+    #: Whether the fixed experts include priority-fill layouts (False: the node has no
+    #: priority-fill scheduler, as a real rlsched node has none).
+    fixed_priority_fill: ClassVar[bool] = True
 
     def __init__(self, memory_intervals: float = MEMORY_INTERVALS, switch_margin_intervals: float = SWITCH_MARGIN_INTERVALS,
                  switch_z: float = SWITCH_Z, min_evidence_intervals: int = MIN_EVIDENCE_INTERVALS,
@@ -250,7 +253,7 @@ class MigratorHedge(Policy):
             profile = PROFILE_INTERVALS if day is None else min(max(day, PROFILE_INTERVALS), MAX_PROFILE_INTERVALS)
         else:
             profile = self.profile_intervals
-        fixed = layout_candidates(env)
+        fixed = [c for c in layout_candidates(env) if self.fixed_priority_fill or not uses_priority_fill(c)]
         groupings = self._profiled_groupings(env, profile) if profile and self.profiled_groupings else []
         self.shadows = [shadow(name, rule()) for name, rule in self.planner_rules]
         self.shadows += [shadow(f"fixed {k}", FixedConfiguration(c)) for k, c in enumerate(fixed + groupings)]
@@ -279,7 +282,8 @@ class MigratorHedge(Policy):
         layouts) that earned most on the ``intervals`` of traffic before the episode (the
         profile's, :meth:`_profile`; :func:`~rlsched.agents.baselines.hindsight.grouping_rollouts`)."""
         private, seed = profile_episode(env, intervals)
-        return [held for _, held, _ in grouping_rollouts(private, seed)[:self.profiled_groupings]]
+        held = [c for _, c, _ in grouping_rollouts(private, seed) if self.fixed_priority_fill or not uses_priority_fill(c)]
+        return held[:self.profiled_groupings]
 
     def _profile(self, env: GpuShareEnv, intervals: int) -> None:
         """Start every shadow's history with what its rule earned on the ``intervals`` of
@@ -447,6 +451,25 @@ def fresh_rule(policy: Policy) -> Policy:
     """A rule to run from another state: a new planner of the same kind (a planner keeps a
     forecast of the node it plans for), or the fixed layout itself."""
     return type(policy)() if isinstance(policy, MigratorIlp) else policy
+
+
+class MigratorHedgeMps(MigratorHedge):
+    """``migrator-hedge`` for a node without a priority-fill scheduler: its fixed experts are
+    the MPS-only layouts (``fixed_priority_fill`` off), and its planner, ``migrator-ilp``,
+    plans MPS only. What the daemon's ``auto`` runs on a real node, where rlsched starts no
+    priority-fill scheduler (docs/hardware-probes/README.md, 2026-11-27).
+
+    Measured at stop 49 against ``migrator-ilp`` (docs/planner-bursts.md): on ``default``
+    (seeds 0-5) 1.031-1.082x, 6 of 6 better, holding the best MPS-only fixed configuration;
+    on the held-out suite (seeds 0-1) equal to the unit on four scenarios, and 0.981-0.992x on
+    heldout-eight-tenants (seeds 0-3, 4 of 4 worse); on ten bursty traces on ``default``'s
+    resnet (seed 0) equal on eight, 1.036x on one and worse on one (DeepSeek-R1 chunk 41,
+    where both end below zero).
+
+    Departs from MIGRator as ``migrator-hedge`` does."""
+
+    name = "migrator-hedge-mps"
+    fixed_priority_fill = False
 
 
 class MigratorHedgeQueue(MigratorHedge):

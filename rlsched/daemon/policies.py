@@ -54,13 +54,15 @@ HINDSIGHT_ONLY = ("static-best", "hindsight")
 #: ended below zero on 4 of 10. Its gains come from priority fill as the simulator models it:
 #: FIKIT's kernel scheduler.
 AUTO_POLICY = "migrator-pf-held"
-#: What ``auto`` runs on a real node (``nvml``, ``mig-parted``): an MPS-only planner. rlsched
-#: starts no priority-fill scheduler there, so the tenants of a priority-fill instance
+#: What ``auto`` runs on a real node (``nvml``, ``mig-parted``): a method that plans MPS only.
+#: rlsched starts no priority-fill scheduler there, so the tenants of a priority-fill instance
 #: time-slice, and a real H100 gave the high-priority one 1.55-2.39x its solo latency, not
 #: FIKIT's 1.05x (docs/hardware-probes/README.md, 2026-11-27). Run with priority-fill instances
 #: executed as time slicing, ``migrator-pf-held`` earned 0.80-0.98x ``migrator-ilp`` on the
-#: held-out suite (docs/planner-bursts.md, stop 49).
-AUTO_POLICY_REAL_NODE = "migrator-ilp"
+#: held-out suite. ``migrator-hedge-mps`` earned 1.03-1.08x ``migrator-ilp`` on ``default``
+#: (seeds 0-5) and 0.98-0.99x on heldout-eight-tenants, and equalled it elsewhere on the
+#: held-out suite and on 8 of 10 bursty traces (docs/planner-bursts.md, stop 49).
+AUTO_POLICY_REAL_NODE = "migrator-hedge-mps"
 
 
 def auto_policy(backend: str) -> str:
