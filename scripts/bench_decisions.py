@@ -11,7 +11,7 @@ seed:
 - the candidate scorer's network alone (``CandidateScorerPolicy``'s forward pass on one
   observation), without the candidate valuing it needs as input;
 - with ``--policies NAMES``: each named baseline's whole ``act`` (e.g. ``migrator-pf-held``,
-  what the daemon's ``auto`` runs);
+  what the daemon's ``auto`` runs on the simulator backend);
 - with ``--hedge-ppo SPEC`` (e.g. ``hedge-ppo:runs/NAME``): ``hedge-ppo``'s time split into
   replaying the last interval in its shadows (work a deployment can run beside the decision
   loop, as soon as the interval's request log is in) and the rest (the evidence, the

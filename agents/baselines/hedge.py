@@ -253,7 +253,7 @@ class MigratorHedge(Policy):
             profile = PROFILE_INTERVALS if day is None else min(max(day, PROFILE_INTERVALS), MAX_PROFILE_INTERVALS)
         else:
             profile = self.profile_intervals
-        fixed = [c for c in layout_candidates(env) if self.fixed_priority_fill or not uses_priority_fill(c)]
+        fixed = [c for c in layout_candidates(env) if self._runs_here(c)]
         groupings = self._profiled_groupings(env, profile) if profile and self.profiled_groupings else []
         self.shadows = [shadow(name, rule()) for name, rule in self.planner_rules]
         self.shadows += [shadow(f"fixed {k}", FixedConfiguration(c)) for k, c in enumerate(fixed + groupings)]
@@ -282,8 +282,12 @@ class MigratorHedge(Policy):
         layouts) that earned most on the ``intervals`` of traffic before the episode (the
         profile's, :meth:`_profile`; :func:`~rlsched.agents.baselines.hindsight.grouping_rollouts`)."""
         private, seed = profile_episode(env, intervals)
-        held = [c for _, c, _ in grouping_rollouts(private, seed) if self.fixed_priority_fill or not uses_priority_fill(c)]
-        return held[:self.profiled_groupings]
+        return [c for _, c, _ in grouping_rollouts(private, seed) if self._runs_here(c)][:self.profiled_groupings]
+
+    def _runs_here(self, configuration: Configuration) -> bool:
+        """Whether a fixed expert may hold ``configuration``: any, or only one without
+        priority fill where the node has no priority-fill scheduler (``fixed_priority_fill``)."""
+        return self.fixed_priority_fill or not uses_priority_fill(configuration)
 
     def _profile(self, env: GpuShareEnv, intervals: int) -> None:
         """Start every shadow's history with what its rule earned on the ``intervals`` of

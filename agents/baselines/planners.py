@@ -251,7 +251,7 @@ class MigratorPriorityFill(MigratorIlp):
 
 class MigratorPriorityFillHeld(MigratorPriorityFill):
     """``migrator-pf`` that plans a held configuration's change over a longer lookahead
-    (what the daemon's ``auto`` runs; opt-in in evaluation; docs/planner-bursts.md, stops 47-48).
+    (what the daemon's ``auto`` runs on the simulator backend; opt-in in evaluation; docs/planner-bursts.md, stops 47-48).
 
     Where the usual plan keeps a configuration the node has run for n intervals, it plans
     again over ``MIGRATOR_LOOKAHEAD + n`` windows, at most :data:`HELD_LOOKAHEAD`, and makes
