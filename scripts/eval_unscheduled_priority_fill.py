@@ -26,7 +26,9 @@ import sys
 from rlsched.agents.baselines.hindsight import best_fixed_configuration
 from rlsched.agents.evaluation import run_episode
 from rlsched.decision import Configuration, SharingMode
+from rlsched.envs.backends import SimBackend, performance_model
 from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.simulator.node import StepResult
 from rlsched.errors import RlschedError
 from rlsched.workloads.scenario import load_scenario, with_trace_overrides
 
@@ -39,14 +41,20 @@ def time_sliced(configuration: Configuration | None) -> Configuration | None:
     return dataclasses.replace(configuration, modes=modes)
 
 
+class UnscheduledSimBackend(SimBackend):
+    """The request-level simulator of a node without a priority-fill scheduler: every
+    configuration it is given runs with its priority-fill instances time-sliced."""
+
+    def reset(self, seed: int | None, configuration: Configuration | None) -> None:
+        super().reset(seed, time_sliced(configuration))
+
+    def step(self, configuration: Configuration) -> StepResult:
+        return super().step(time_sliced(configuration))
+
+
 def unscheduled_env(scenario) -> GpuShareEnv:
     """A simulated node whose priority-fill instances time-slice (the policy is not told)."""
-    env = GpuShareEnv(scenario)
-    simulator = env.backend.simulator
-    step, reset = simulator.step, simulator.reset
-    simulator.step = lambda configuration: step(time_sliced(configuration))
-    simulator.reset = lambda seed=None, configuration=None: reset(seed, time_sliced(configuration))
-    return env
+    return GpuShareEnv(scenario, backend=UnscheduledSimBackend(scenario, performance_model("calibrated")))
 
 
 def static_best(scenario, seed: int) -> float:
