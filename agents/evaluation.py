@@ -258,7 +258,8 @@ def evaluate(
         table[name] = metrics(runs[name]) if name in runs else {"n/a": unavailable[name]}
     result: dict[str, Any] = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table}
     if family is None:
-        result.update(scenario_identity(env.scenario), perf_model=perf_model if isinstance(perf_model, str) else type(perf_model).__name__)
+        result.update(scenario_identity(env.scenario), perf_model=perf_model if isinstance(perf_model, str) else type(perf_model).__name__,
+                      priority_fill_scheduler=env.scenario.priority_fill_scheduler)
     set_ratios(result)
     paired = paired_comparison(table)
     if paired is not None:
@@ -395,7 +396,7 @@ def _recorded(result: dict[str, Any], source: str) -> list[tuple[dict[str, Any],
     """Per scenario result of an evaluation (one scenario's or a suite's): the result, an
     environment of its unchanged scenario file, and every policy's recorded episodes (seed,
     Goodput, configurations applied). A changed scenario file (SHA-256) is a ConfigError naming it."""
-    from rlsched.workloads.scenario import _Reader, parse_configuration
+    from rlsched.workloads.scenario import _Reader, load_scenario, parse_configuration, without_priority_fill_scheduler
 
     results = list(result["scenarios"].values()) if "scenarios" in result else [result]
     recorded = []
@@ -409,7 +410,10 @@ def _recorded(result: dict[str, Any], source: str) -> list[tuple[dict[str, Any],
             raise ConfigError(source, f"{where}.scenario_source", str(path), "no such scenario file")
         if scenario_content_hash(path) != res["scenario_sha256"]:
             raise ConfigError(source, f"{where}.scenario_sha256", res["scenario_sha256"], f"{path} changed since the evaluation")
-        env = GpuShareEnv(path, perf_model=res.get("perf_model", "calibrated"))
+        scenario = load_scenario(path)
+        if not res.get("priority_fill_scheduler", True):
+            scenario = without_priority_fill_scheduler(scenario)
+        env = GpuShareEnv(scenario, perf_model=res.get("perf_model", "calibrated"))
         names = [t.name for t in env.scenario.tenants]
         table = res["trajectories"]["configurations"]
         configs = [parse_configuration(_Reader(source, c, f"{where}.trajectories.configurations[{i}]"), env.scenario.gpu, env.scenario.gpu_count, names)

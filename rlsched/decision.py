@@ -8,6 +8,7 @@ for it, and the daemon applies it; all of them use these types.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -84,6 +85,19 @@ class Configuration:
             "placements": {name: {"gpu": p.gpu_index, "instance": p.instance_index, "mps_pct": p.mps_pct, "batch_size": p.batch_size}
                            for name, p in self.placements.items()},
         }
+
+    def uses_priority_fill(self) -> bool:
+        """Whether any instance runs in priority fill."""
+        return any(mode == SharingMode.PRIORITY_FILL for modes in self.modes for mode in modes)
+
+    def priority_fill_time_sliced(self) -> Configuration:
+        """This configuration as a node without a priority-fill scheduler runs it: the tenants
+        of every priority-fill instance time-slice it (``docs/hardware-probes/README.md``:
+        the servers are ordinary processes, so the GPU time-slices them)."""
+        if not self.uses_priority_fill():
+            return self
+        modes = tuple(tuple(SharingMode.TIME_SLICE if m == SharingMode.PRIORITY_FILL else m for m in gpu) for gpu in self.modes)
+        return dataclasses.replace(self, modes=modes)
 
     def instance_count(self, gpu_index: int) -> int:
         """Instances tenants can be placed in on that GPU (1 for a GPU without MIG)."""

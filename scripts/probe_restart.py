@@ -47,8 +47,11 @@ tp = time.time()
 sys.path.insert(0, sys.argv[2])
 from rlsched.perfmodel.profiler import LIBRARY_MODELS, build_model, make_input
 overhead = time.time() - tp  # the probe's own code, which a server does not import
-if sys.argv[3] in LIBRARY_MODELS:
-    __import__(LIBRARY_MODELS[sys.argv[3]][0])  # torchvision or transformers, as a server imports it
+# The framework a server of the model imports: resnet50 is built in here (the profiler needs
+# torch alone), but a resnet50 server imports torchvision as every image server does.
+library = LIBRARY_MODELS[sys.argv[3]][0] if sys.argv[3] in LIBRARY_MODELS else {"resnet50": "torchvision"}.get(sys.argv[3])
+if library:
+    __import__(library)
 t1 = time.time()
 device = torch.device(sys.argv[5])
 if device.type == "cuda":
@@ -117,7 +120,7 @@ def probe(models: list[str], tries: int, batch: int, device: str, folder: Path, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="resnet50,vgg19,bert-base,vit,mobilenetv2")
+    parser.add_argument("--models", default="resnet50,vgg19,bert-base,vit,alexnet,mobilenetv2")
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--device", default="cuda:0")

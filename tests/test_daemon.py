@@ -400,6 +400,7 @@ def test_auto_on_real_gpus_plans_mps_only_on_the_declared_rates(tmp_path, caplog
     config = tiny_config(tmp_path, backend="nvml", apply=True, cycles=3, policy="auto", observation_tolerance=1e9, log_level="debug")
     daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
     assert daemon.guard.policy.name == "migrator-hedge-mps"
+    assert not daemon.scenario.priority_fill_scheduler and not daemon.env.scenario.priority_fill_scheduler  # the policies are told
     with caplog.at_level("DEBUG", logger="rlsched.daemon"):
         assert daemon.run() == 0
     cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]

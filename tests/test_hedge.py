@@ -378,17 +378,23 @@ def test_the_profiled_groupings_stop_leading_once_the_active_tenants_change():
 
 def test_the_mps_hedge_holds_only_the_fixed_layouts_a_node_without_a_priority_fill_scheduler_runs():
     from rlsched.agents.baselines.hedge import MigratorHedgeMps
-    from rlsched.agents.baselines.planners import uses_priority_fill
+    from rlsched.workloads.scenario import load_scenario, without_priority_fill_scheduler
 
     env = GpuShareEnv(TINY)
     env.reset(seed=0)
     candidates = layout_candidates(env)
-    assert any(uses_priority_fill(c) for c in candidates) and not all(uses_priority_fill(c) for c in candidates)
+    assert any(c.uses_priority_fill() for c in candidates) and not all(c.uses_priority_fill() for c in candidates)
     fixed = {}
     for rule in (MigratorHedge, MigratorHedgeMps):
         hedge = rule(profile_intervals=0)
         hedge.reset(env)
         fixed[rule.name] = [s.policy.configuration for s in hedge.shadows if isinstance(s.policy, FixedConfiguration)]
     assert fixed["migrator-hedge"] == candidates
-    assert fixed["migrator-hedge-mps"] == [c for c in candidates if not uses_priority_fill(c)]
+    assert fixed["migrator-hedge-mps"] == [c for c in candidates if not c.uses_priority_fill()]
+    # On a scenario that declares no priority-fill scheduler, the plain hedge holds the same.
+    node = GpuShareEnv(without_priority_fill_scheduler(load_scenario(TINY)))
+    node.reset(seed=0)
+    hedge = MigratorHedge(profile_intervals=0)
+    hedge.reset(node)
+    assert [s.policy.configuration for s in hedge.shadows if isinstance(s.policy, FixedConfiguration)] == fixed["migrator-hedge-mps"]
     assert make_policy("migrator-hedge-mps").name == "migrator-hedge-mps"

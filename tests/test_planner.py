@@ -329,15 +329,15 @@ def test_measured_arrival_dispersion():
 def test_migrator_queue_serves_a_burst_in_priority_fill_where_migrator_ilp_gives_the_service_up(default_env):
     # default at resnet 2,000 req/s: every MPS placement leaves resnet late; the priority-fill
     # 7g serves it on time and the simulator measures +36,261 per interval there.
-    from rlsched.agents.baselines.planners import priority_fill_candidates, uses_priority_fill
+    from rlsched.agents.baselines.planners import priority_fill_candidates
 
     rates = {"resnet": 2000.0, "vgg": 160.0, "bert": 100.0, "alexnet": 220.0}
     linear = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
     queue = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True)
     candidates = priority_fill_candidates(default_env)
-    assert candidates and all(uses_priority_fill(c) for c in candidates)
+    assert candidates and all(c.uses_priority_fill() for c in candidates)
     chosen = queue.plan([rates] * 3, None, candidates=candidates)
-    assert uses_priority_fill(chosen.configuration)
+    assert chosen.configuration.uses_priority_fill()
     assert chosen.value / 3 == pytest.approx(36_261, rel=0.05)
     # The linear model values that layout below zero, so migrator-ilp never weighs it.
     assert linear.evaluate(chosen.configuration, [rates])[0] < 0.0
@@ -346,14 +346,13 @@ def test_migrator_queue_serves_a_burst_in_priority_fill_where_migrator_ilp_gives
 def test_priority_fill_columns_find_the_priority_fill_layout_without_a_portfolio(default_env):
     """The same burst: with priority-fill columns the MILP itself runs a GI in priority fill,
     and its answer is valued exactly (the plan's value is the configuration's assessment)."""
-    from rlsched.agents.baselines.planners import uses_priority_fill
 
     rates = {"resnet": 2000.0, "vgg": 160.0, "bert": 100.0, "alexnet": 220.0}
     args = (default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
     mps_only = Planner(*args, queueing_tail=True).plan([rates] * 3, None)
     planner = Planner(*args, queueing_tail=True, priority_fill_columns=True)
     plan = planner.plan([rates] * 3, None)
-    assert not uses_priority_fill(mps_only.configuration) and uses_priority_fill(plan.configuration)
+    assert not mps_only.configuration.uses_priority_fill() and plan.configuration.uses_priority_fill()
     assert plan.configuration.problems(default_env.tenant_names) == []
     value, cost, hurdle = planner.assess(plan.configuration, [rates] * 3)
     assert plan.value == pytest.approx(value) and plan.objective == pytest.approx(value - cost)

@@ -48,7 +48,7 @@ import numpy as np
 from rlsched.agents.baselines.base import Decision, Policy, apply
 from rlsched.agents.baselines.hindsight import (PROFILING_SEED_OFFSET, FixedConfiguration, day_intervals, grouping_rollouts, layout_candidates,
                                                 preceding_scenario)
-from rlsched.agents.baselines.planners import MigratorIlp, MigratorQueue, uses_priority_fill
+from rlsched.agents.baselines.planners import MigratorIlp, MigratorQueue
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.workloads.arrivals import ObservedArrivals
@@ -202,8 +202,8 @@ class MigratorHedge(Policy):
     #: The planners among the experts, (shadow name, rule); the first is the one the node
     #: follows first and the one "the planner" means in the report.
     planner_rules: tuple[tuple[str, type[MigratorIlp]], ...] = (("planner", MigratorIlp),)
-    #: Whether the fixed experts include priority-fill layouts (False: the node has no
-    #: priority-fill scheduler, as a real rlsched node has none).
+    #: Whether the fixed experts include priority-fill layouts where the scenario's node has a
+    #: priority-fill scheduler (False: never, as on a real rlsched node, which has none).
     fixed_priority_fill: ClassVar[bool] = True
 
     def __init__(self, memory_intervals: float = MEMORY_INTERVALS, switch_margin_intervals: float = SWITCH_MARGIN_INTERVALS,
@@ -253,7 +253,7 @@ class MigratorHedge(Policy):
             profile = PROFILE_INTERVALS if day is None else min(max(day, PROFILE_INTERVALS), MAX_PROFILE_INTERVALS)
         else:
             profile = self.profile_intervals
-        fixed = [c for c in layout_candidates(env) if self._runs_here(c)]
+        fixed = [c for c in layout_candidates(env) if self._runs_here(env, c)]
         groupings = self._profiled_groupings(env, profile) if profile and self.profiled_groupings else []
         self.shadows = [shadow(name, rule()) for name, rule in self.planner_rules]
         self.shadows += [shadow(f"fixed {k}", FixedConfiguration(c)) for k, c in enumerate(fixed + groupings)]
@@ -282,12 +282,13 @@ class MigratorHedge(Policy):
         layouts) that earned most on the ``intervals`` of traffic before the episode (the
         profile's, :meth:`_profile`; :func:`~rlsched.agents.baselines.hindsight.grouping_rollouts`)."""
         private, seed = profile_episode(env, intervals)
-        return [c for _, c, _ in grouping_rollouts(private, seed) if self._runs_here(c)][:self.profiled_groupings]
+        return [c for _, c, _ in grouping_rollouts(private, seed) if self._runs_here(env, c)][:self.profiled_groupings]
 
-    def _runs_here(self, configuration: Configuration) -> bool:
+    def _runs_here(self, env: GpuShareEnv, configuration: Configuration) -> bool:
         """Whether a fixed expert may hold ``configuration``: any, or only one without
-        priority fill where the node has no priority-fill scheduler (``fixed_priority_fill``)."""
-        return self.fixed_priority_fill or not uses_priority_fill(configuration)
+        priority fill where the node has no priority-fill scheduler (``fixed_priority_fill``
+        off, or the scenario's ``priority_fill_scheduler``)."""
+        return (self.fixed_priority_fill and env.scenario.priority_fill_scheduler) or not configuration.uses_priority_fill()
 
     def _profile(self, env: GpuShareEnv, intervals: int) -> None:
         """Start every shadow's history with what its rule earned on the ``intervals`` of

@@ -353,7 +353,7 @@ class MigratorQueue(MigratorIlp):
         spread = forecast_spread(self.residuals)
         # The MILP cannot express (hence keep or adjust) a priority-fill layout: the running one
         # is a candidate too, and so is each move of one tenant into another priority-fill GI.
-        adjust = [current, *priority_fill_moves(current, self.planner.memory_gib)] if current is not None and uses_priority_fill(current) else []
+        adjust = [current, *priority_fill_moves(current, self.planner.memory_gib)] if current is not None and current.uses_priority_fill() else []
         self.last_plan = self.planner.plan(windows, current, accuracy, spread,
                                            candidates=self.candidates + [c for c in adjust if c not in self.candidates])
         if current is not None and self.last_plan.configuration == current:
@@ -426,7 +426,7 @@ class MigratorBurst(MigratorIlp):
             return value - cost - hurdle
 
         answer = self.last_plan.configuration
-        filled = uses_priority_fill(current)
+        filled = current.uses_priority_fill()
         step = round(elapsed_s / env.scenario.decision_interval_s)
         self.refused = [(c, k) for c, k in self.refused if k + MIGRATOR_LOOKAHEAD > step]
         proposals = [c for c in ([answer] if filled else []) + self.candidates
@@ -501,16 +501,14 @@ def measured_arrival_dispersion(logged: Mapping[str, np.ndarray] | None, previou
     return dispersion
 
 
-def uses_priority_fill(configuration: Configuration) -> bool:
-    """Whether any GI of ``configuration`` runs its tenants in priority fill."""
-    return any(mode == SharingMode.PRIORITY_FILL for modes in configuration.modes for mode in modes)
-
-
 def priority_fill_candidates(env: GpuShareEnv) -> list[Configuration]:
     """The priority-fill layouts of the hindsight portfolio (one per maximal layout, busiest
     tenants in the largest GIs: :func:`~rlsched.agents.baselines.hindsight.layout_candidates`),
-    which the MILP cannot express and a planner weighs beside its answer."""
-    return [c for c in layout_candidates(env) if uses_priority_fill(c)]
+    which the MILP cannot express and a planner weighs beside its answer. None on a node
+    without a priority-fill scheduler (``Scenario.priority_fill_scheduler``)."""
+    if not env.scenario.priority_fill_scheduler:
+        return []
+    return [c for c in layout_candidates(env) if c.uses_priority_fill()]
 
 
 class RateShifts:

@@ -8,6 +8,7 @@ Every error a user can cause ends as one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -147,6 +148,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Run policies on a scenario or a suite; print the tables, write JSON and plots; or
     replay an earlier result (exit 1 when a Goodput does not reproduce)."""
     from rlsched.agents.evaluation import evaluate, evaluate_suite, format_suite, format_table, plot, policy_names, replay, write_json
+    from rlsched.workloads.scenario import without_priority_fill_scheduler
 
     if (args.rerun_hindsight or args.add_policies or args.rerun_policies) and (args.replay is None or args.json is None):
         raise RlschedError("--rerun-hindsight, --add-policies and --rerun-policies need --replay EVAL.json (the result) "
@@ -175,6 +177,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.trace:
             raise RlschedError("--trace applies to --scenario, not to --suite")
         suite = load_suite(args.suite)
+        if args.no_priority_fill_scheduler:
+            suite = dataclasses.replace(suite, scenarios=[without_priority_fill_scheduler(s) for s in suite.scenarios])
         result = evaluate_suite(suite, policy_names(args.policies), args.episodes, args.seed, args.perf_model,
                                 progress=not args.no_progress, plot_dir=args.plot_dir)
         print(f"suite {suite.name}: {len(suite.scenarios)} scenarios, {args.episodes} episode(s) per policy, seeds {args.seed}..{args.seed + args.episodes - 1}")
@@ -186,13 +190,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from rlsched.agents.ppo.config import load_config
         from rlsched.agents.ppo.family import ScenarioFamily
 
-        if args.trace:
-            raise RlschedError("--trace applies to --scenario, not to --family")
+        if args.trace or args.no_priority_fill_scheduler:
+            raise RlschedError("--trace and --no-priority-fill-scheduler apply to --scenario or --suite, not to --family")
         config = load_config(args.family)
         family = ScenarioFamily(config.scenario, config.randomization)
         scenario = family.base
     else:
         family, scenario = None, load_scenario_from_args(args)
+        if args.no_priority_fill_scheduler:
+            scenario = without_priority_fill_scheduler(scenario)
     result, runs = evaluate(scenario, policy_names(args.policies), args.episodes, args.seed, args.perf_model, progress=not args.no_progress, family=family)
     print(f"scenario {result['scenario']}: {args.episodes} episode(s) per policy, seeds {args.seed}..{args.seed + args.episodes - 1}")
     print(format_table(result))
@@ -307,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rerun-policies", default=None, metavar="P1,P2",
                    help="with --replay and --json OUT: run these policies again on the result's recorded episodes (after they "
                    "changed) and write the result with their rows replaced")
+    p.add_argument("--no-priority-fill-scheduler", action="store_true",
+                   help="simulate a node without a priority-fill scheduler, as a real rlsched node is: priority-fill instances "
+                   "time-slice, planners plan MPS only, and static-best and hindsight are that node's (recorded in the JSON)")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="write the layout timeline and Goodput plot")
     p.add_argument("--plot-dir", default=None, metavar="DIR", help="write one plot per scenario, DIR/<scenario>.png")
     p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated")

@@ -34,6 +34,7 @@ from rlsched.envs.backends import performance_model, resolve_scenario
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.hardware import load_gpu
+from rlsched.workloads.scenario import without_priority_fill_scheduler
 
 LOG = logging.getLogger("rlsched.daemon")
 #: Cycles the cycles/s average is taken over.
@@ -77,6 +78,9 @@ class Daemon:
         self.config = config
         self.on_cycle = on_cycle
         self.scenario = resolve_scenario(config.scenario)
+        if config.backend in REAL_BACKENDS:
+            # rlsched starts no priority-fill scheduler on a real node: the planners are told.
+            self.scenario = without_priority_fill_scheduler(self.scenario)
         self.stop_requested = False
         self.fallbacks = 0
         self.cycle = 0

@@ -30,6 +30,7 @@ WARMUP_ITERATIONS = 5
 #: profile taken on another GPU compares with it row by row: name -> (library, constructor,
 #: per-sample input shape): (channels, height, width) for an image, (128,) for BERT's token ids.
 LIBRARY_MODELS: dict[str, tuple[str, str, tuple[int, ...]]] = {
+    "alexnet": ("torchvision", "alexnet", (3, 224, 224)),
     "resnet101": ("torchvision", "resnet101", (3, 224, 224)),
     "resnet152": ("torchvision", "resnet152", (3, 224, 224)),
     "vgg16": ("torchvision", "vgg16", (3, 224, 224)),

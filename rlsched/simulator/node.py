@@ -231,6 +231,7 @@ class NodeSimulator:
         self._always_active = frozenset(t.name for t in scenario.tenants if not t.active_windows_s)
         self.min_idle_fraction = min_idle_fraction(perf_model)
         self._seed = seed
+        self._run_as: tuple[Configuration, Configuration] | None = None
         self.reset(seed)
 
     # ------------------------------------------------------------------ state
@@ -249,7 +250,7 @@ class NodeSimulator:
             self._seed_streams(self._seed)
         self.time_s = 0.0
         self.step_index = 0
-        self._config = configuration if configuration is not None else self.scenario.reference
+        self._config = self._as_run(configuration if configuration is not None else self.scenario.reference)
         self._slots: dict[str, _Slot] = {}
         self._slots_for: Configuration | None = None
         self._slots_active: frozenset[str] | None = None  # the active set the slots were built for
@@ -634,8 +635,19 @@ class NodeSimulator:
         return max(idle_fraction.get(slot.instance_key, 1.0), self.min_idle_fraction) if slot.fill_low else 1.0
 
     # ------------------------------------------------------------------ step
+    def _as_run(self, configuration: Configuration | None) -> Configuration | None:
+        """``configuration`` as this node runs it: on a node without a priority-fill scheduler
+        (``Scenario.priority_fill_scheduler`` off) its priority-fill instances time-slice.
+        The last conversion is kept, so that a configuration held is the same object each step."""
+        if configuration is None or self.scenario.priority_fill_scheduler:
+            return configuration
+        if self._run_as is None or self._run_as[0] is not configuration:
+            self._run_as = (configuration, configuration.priority_fill_time_sliced())
+        return self._run_as[1]
+
     def step(self, configuration: Configuration) -> StepResult:
         """Apply ``configuration`` and simulate one decision interval."""
+        configuration = self._as_run(configuration)
         t0 = self.time_s
         t1 = t0 + self.interval_s
         active = self.active_set(t0, t1)

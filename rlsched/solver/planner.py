@@ -207,7 +207,8 @@ class Planner:
     :param priority_fill_columns: the MILP may also run a GI in priority fill (FIKIT): a
         column per tenant as a GI's first tenant and per (filler, first tenant) pair
         (:meth:`_priority_fill_columns`); the answer is kept only if the exact valuation
-        (:meth:`assess`) prefers it to the MPS-only MILP's
+        (:meth:`assess`) prefers it to the MPS-only MILP's. Off on a node without a
+        priority-fill scheduler (``Scenario.priority_fill_scheduler``)
     :param payback_scope: ``"all"`` (default): the payback margin holds every change;
         ``"priority-fill"``: only a tenant that runs in a priority-fill GI must pay back with
         the margin to leave it (``migrator-pf``)
@@ -225,7 +226,7 @@ class Planner:
         self.payback_scope = payback_scope
         self.restart_backlog, self.payback_margin, self.queueing_tail = restart_backlog, payback_margin, queueing_tail
         self.co_runner_count = co_runner_count
-        self.priority_fill_columns = priority_fill_columns
+        self.priority_fill_columns = priority_fill_columns and scenario.priority_fill_scheduler
         self.scenario = scenario
         self.perf = perf_model
         self.memory_gib = memory_gib

@@ -61,6 +61,14 @@ class Scenario:
         in the YAML; the old instance serves at its own speed until the new server is ready.
         False, the default: every change stops the tenant for its full restart, because the
         planners do not yet hold back the changes that near-free switches make too frequent)
+    :param priority_fill_scheduler: the node runs a priority-fill instance as FIKIT's kernel
+        scheduler does (the first tenant at its solo latency plus a small overhead, the others
+        in its idle time). False: the node has no such scheduler, as a real rlsched node has
+        none, and the tenants of a priority-fill instance time-slice it
+        (:meth:`~rlsched.decision.Configuration.priority_fill_time_sliced`;
+        ``docs/hardware-probes/README.md``). Policies that plan priority fill plan MPS only
+        there. ``priority_fill_scheduler: false`` in the YAML, or ``rlsched eval
+        --no-priority-fill-scheduler``
     :param source: the file it was read from
     """
 
@@ -74,6 +82,7 @@ class Scenario:
     reference: Configuration | None = None
     service_jitter: bool = True
     make_before_break: bool = False
+    priority_fill_scheduler: bool = True
     description: str = ""
     source: str = "<memory>"
 
@@ -346,7 +355,8 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     except yaml.YAMLError as exc:
         raise ConfigError(path, "file", str(path), f"not valid YAML: {exc}") from None
     r = _Reader(str(path), raw, "")
-    r.unknown(["name", "description", "gpu", "gpu_count", "duration_s", "decision_interval_s", "tenants", "weights", "reference", "service_jitter", "reconfiguration"])
+    r.unknown(["name", "description", "gpu", "gpu_count", "duration_s", "decision_interval_s", "tenants", "weights", "reference", "service_jitter", "reconfiguration",
+               "priority_fill_scheduler"])
     gpu = r.choice("gpu", gpu_names())
     tenants_raw = r.get("tenants", list)
     if not tenants_raw:
@@ -381,11 +391,17 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         weights=weights,
         service_jitter=r.get("service_jitter", bool, True),
         make_before_break=_make_before_break(r),
+        priority_fill_scheduler=r.get("priority_fill_scheduler", bool, True),
         source=str(path),
     )
     if r.has("reference"):
         scenario.reference = parse_configuration(r.sub("reference"), gpu, gpu_count, names)
     return scenario
+
+
+def without_priority_fill_scheduler(scenario: Scenario) -> Scenario:
+    """``scenario`` on a node without a priority-fill scheduler (``Scenario.priority_fill_scheduler``)."""
+    return dataclasses.replace(scenario, priority_fill_scheduler=False)
 
 
 def _make_before_break(r: _Reader) -> bool:
