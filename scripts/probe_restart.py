@@ -5,7 +5,8 @@ The scenarios' ``restart_s`` (the downtime a tenant pays when its instance, shar
 changes) are scenario parameters that no shared measurement gives. This probe starts a new
 Python process per try, as a reconfiguration does, and times its phases:
 
-- ``import_s``: importing torch (and torchvision / transformers for library models);
+- ``import_s``: importing torch and the library the model's server imports (torchvision for
+  image models, resnet50 included; transformers for BERT);
 - ``cuda_init_s``: creating the CUDA context;
 - ``load_s``: building the model and loading its weights from a file on local disk
   (written once beforehand; with ``--drop-page-cache``, as root on Linux, read cold);
