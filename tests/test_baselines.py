@@ -216,3 +216,20 @@ def test_decision_policies_run_on_every_gpu_type_of_the_catalog(tmp_path, gpu):
         episode = run_episode(env, name, 0)
         assert len(episode.rewards) == 3 and all(math.isfinite(r) for r in episode.rewards), name
         assert all(c.problems(env.tenant_names) == [] for c in episode.configurations), name
+
+
+def test_static_best_also_tries_each_priority_fill_candidate_time_sliced_and_the_rankings_hold_them():
+    from rlsched.agents.baselines.hindsight import StaticBest, StaticBestRankings, layout_candidates
+    from rlsched.workloads.scenario import load_scenario, without_priority_fill_scheduler
+
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    usual = layout_candidates(env)
+    tried = StaticBest().candidates(env)
+    filled = [c for c in usual if c.uses_priority_fill()]
+    assert filled and tried == usual + [c.priority_fill_time_sliced() for c in filled]
+    assert all(c in StaticBestRankings().candidates(env) for c in tried)
+    # Where priority fill already runs time-sliced, the variants would repeat it.
+    node = GpuShareEnv(without_priority_fill_scheduler(load_scenario(TINY)))
+    node.reset(seed=0)
+    assert StaticBest().candidates(node) == layout_candidates(node)

@@ -187,9 +187,9 @@ def best_groupings(private: GpuShareEnv, backend_seed: int | None, count: int) -
 class StaticBest(Policy):
     """The best fixed configuration in hindsight.
 
-    Tries, on the replayed episode, one configuration per maximal MIG layout (MPS and
-    priority-fill variants, busiest tenants in the largest GIs, batches that fit half the
-    SLO) and the fixed decisions of the static baselines (static-equal, fikit, igniter,
+    Tries, on the replayed episode, one configuration per maximal MIG layout (MPS,
+    priority-fill and time-sliced variants, busiest tenants in the largest GIs, batches that
+    fit half the SLO) and the fixed decisions of the static baselines (static-equal, fikit, igniter,
     paris-elsa), and keeps the one with the highest episode Goodput.
 
     The "best static partition" comparison point of MISO (SoCC 2022) and MIGRator (arXiv
@@ -204,8 +204,15 @@ class StaticBest(Policy):
         self.objective_in_hindsight, self.configuration = best_fixed_configuration([(replay_env(env), env.backend_seed)], self.candidates(env))
 
     def candidates(self, env: GpuShareEnv) -> list[Configuration] | None:
-        """The fixed configurations tried besides the static baselines' (None: :func:`layout_candidates`)."""
-        return None
+        """The fixed configurations tried besides the static baselines': :func:`layout_candidates`
+        and, where the node has a priority-fill scheduler, each priority-fill one time-sliced
+        as well. Time slicing needs no scheduler, and a whole GPU time-sliced can beat every
+        MPS and priority-fill layout (heldout-eight-tenants, ``docs/planner-bursts.md``, stop
+        50); without a scheduler the priority-fill candidates already run time-sliced."""
+        candidates = layout_candidates(env)
+        if not env.scenario.priority_fill_scheduler:
+            return candidates
+        return _unique(candidates + [c.priority_fill_time_sliced() for c in candidates if c.uses_priority_fill()])
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         return self.configuration
@@ -228,7 +235,8 @@ class StaticBestRankings(StaticBest):
     name = "static-best-rankings"
 
     def candidates(self, env: GpuShareEnv) -> list[Configuration] | None:
-        return ranking_candidates(env)
+        # static-best's own candidates too (its time-sliced ones), so that this one is never lower.
+        return _unique(ranking_candidates(env) + super().candidates(env))
 
 
 #: Added to the evaluation episode's backend seed for the profiling episodes of static-profiled.
