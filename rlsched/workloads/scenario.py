@@ -66,8 +66,9 @@ class Scenario:
         in its idle time). False: the node has no such scheduler, as a real rlsched node has
         none, and the tenants of a priority-fill instance time-slice it
         (:meth:`~rlsched.decision.Configuration.priority_fill_time_sliced`;
-        ``docs/hardware-probes/README.md``). Policies that plan priority fill plan MPS only
-        there. ``priority_fill_scheduler: false`` in the YAML, or ``rlsched eval
+        ``docs/hardware-probes/README.md``). The planners plan MPS only there; a fixed
+        baseline that asks for priority fill (``fikit``) gets time slicing.
+        ``priority_fill_scheduler: false`` in the YAML, or ``rlsched eval
         --no-priority-fill-scheduler``
     :param source: the file it was read from
     """
