@@ -198,10 +198,10 @@ class Daemon:
         return observation
 
     def _warn_unscheduled_priority_fill(self, configuration: Configuration | None) -> None:
-        """Warn, whenever the set of tenants concerned changes, that a real node runs
-        priority-fill instances without a priority scheduler: rlsched starts none, so their
-        tenants time-slice, not as the simulator's priority fill (FIKIT) predicts."""
-        if self.config.backend not in REAL_BACKENDS or configuration is None:
+        """Warn, whenever the set of tenants concerned changes, that the node runs
+        priority-fill instances without a priority scheduler (``Scenario.priority_fill_scheduler``
+        off, as on every real node: rlsched starts none), so their tenants time-slice."""
+        if self.scenario.priority_fill_scheduler or configuration is None:
             return
         tenants = frozenset(name for name, p in configuration.placements.items()
                             if configuration.modes[p.gpu_index][p.instance_index] == SharingMode.PRIORITY_FILL)

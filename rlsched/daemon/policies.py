@@ -58,8 +58,8 @@ AUTO_POLICY = "migrator-pf-held"
 #: rlsched starts no priority-fill scheduler there, so the tenants of a priority-fill instance
 #: time-slice, and a real H100 gave the high-priority one 1.55-2.39x its solo latency, not
 #: FIKIT's 1.05x (docs/hardware-probes/README.md, 2026-11-27). Run with priority-fill instances
-#: executed as time slicing, ``migrator-pf-held`` earned 0.80-0.98x ``migrator-ilp`` on the
-#: held-out suite. ``migrator-hedge-mps`` earned 1.03-1.08x ``migrator-ilp`` on ``default``
+#: executed as time slicing (the policy not told), ``migrator-pf-held`` earned 0.80-0.98x
+#: ``migrator-ilp`` on the held-out suite. ``migrator-hedge-mps`` earned 1.03-1.08x ``migrator-ilp`` on ``default``
 #: (seeds 0-5) and 0.98-0.99x on heldout-eight-tenants, and equalled it elsewhere on the
 #: held-out suite and on 8 of 10 bursty traces (docs/planner-bursts.md, stop 49).
 AUTO_POLICY_REAL_NODE = "migrator-hedge-mps"
