@@ -20,6 +20,7 @@ seed:
     python scripts/bench_decisions.py              # 60 decisions per case
     python scripts/bench_decisions.py --hedge-ppo hedge-ppo:runs/hedge-ppo-v1
     python scripts/bench_decisions.py --policies migrator-pf,migrator-pf-held,migrator-hedge
+    python scripts/bench_decisions.py --no-priority-fill-scheduler --policies migrator-queue,migrator-hedge-mps   # a real node's auto
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from rlsched.agents.baselines import apply, make_policy
 from rlsched.agents.ppo.candidate_env import CandidateChoiceEnv
 from rlsched.agents.ppo.candidate_policy import CandidateScorer
 from rlsched.envs.gpushare import GpuShareEnv
-from rlsched.workloads.scenario import Scenario, load_scenario
+from rlsched.workloads.scenario import Scenario, load_scenario, without_priority_fill_scheduler
 from bench_planner import replicated  # scripts/ is on the path when run as a script
 
 
@@ -108,9 +109,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60, help="decisions per case and policy")
     parser.add_argument("--policies", default="", help="also time these baselines' whole act (comma-separated names)")
     parser.add_argument("--hedge-ppo", default=None, help="also time this hedge-ppo policy (hedge-ppo or hedge-ppo:PATH)")
+    parser.add_argument("--no-priority-fill-scheduler", action="store_true",
+                        help="a node without a priority-fill scheduler, as a real rlsched node is (the planners plan MPS only)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     default = load_scenario("default")
+    if args.no_priority_fill_scheduler:
+        default = without_priority_fill_scheduler(default)
     for label, scenario in (("default (1 GPU / 4 tenants)", default), ("8 GPUs / 32 tenants", replicated(default, 8))):
         planner, _ = decision_times(scenario, "migrator-ilp", args.steps)
         library, solving = decision_times(scenario, "planner-library", args.steps)

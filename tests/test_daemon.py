@@ -395,7 +395,8 @@ def test_planner_decides_on_real_gpus_before_any_tenant_is_measured(tmp_path, po
 def test_auto_on_real_gpus_plans_mps_only_on_the_declared_rates(tmp_path, caplog):
     # No observation source: the planner plans on the declared rates, and its decisions are
     # applied through NVML. rlsched starts no priority-fill scheduler on a real node, so `auto`
-    # runs the hedge whose planner and fixed layouts are MPS only there.
+    # runs a method that plans MPS only there: without a request log (rates only), the hedge
+    # whose planner and fixed layouts are MPS only.
     fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
     config = tiny_config(tmp_path, backend="nvml", apply=True, cycles=3, policy="auto", observation_tolerance=1e9, log_level="debug")
     daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
@@ -407,6 +408,25 @@ def test_auto_on_real_gpus_plans_mps_only_on_the_declared_rates(tmp_path, caplog
     assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-hedge-mps"}
     assert fake.layout(0).spec() == daemon.env.current.layouts[0].spec()  # the decided layout is on the GPU
     assert not [r for r in caplog.records if r.getMessage() == "priority fill without a scheduler"]
+
+
+def test_auto_on_real_gpus_with_a_request_log_runs_migrator_queue(tmp_path, caplog):
+    # With the frontend's request log the node measures each tenant's arrival variability,
+    # which migrator-queue's value model prices: `auto` runs it, and it decides and applies
+    # MPS-only layouts through NVML.
+    fake = FakeNvml(["a100-40gb"], layouts=["7g@0"])
+    log = tmp_path / "requests.log"
+    log.write_text("")
+    config = tiny_config(tmp_path, backend="nvml", apply=True, cycles=3, policy="auto", observation_tolerance=1e9, log_level="debug",
+                         observations={"source": "none", "request_log": str(log)})
+    daemon = Daemon(config, backend_options={"nvml": fake, "sleep": fake.sleep, "clock": fake.clock})
+    assert daemon.guard.policy.name == "migrator-queue"
+    with caplog.at_level("DEBUG", logger="rlsched.daemon"):
+        assert daemon.run() == 0
+    cycles = [r.fields for r in caplog.records if r.getMessage() == "cycle"]
+    assert len(cycles) == 3 and daemon.fallbacks == 0 and {c["policy"] for c in cycles} == {"migrator-queue"}
+    assert fake.layout(0).spec() == daemon.env.current.layouts[0].spec()
+    assert not daemon.env.current.uses_priority_fill()
 
 
 def test_priority_fill_on_a_real_node_is_reported_as_unscheduled_once_per_tenant_set(tmp_path, caplog):

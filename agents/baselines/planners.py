@@ -314,6 +314,13 @@ class MigratorQueue(MigratorIlp):
     train-retrain and 0.97x-0.99x on heldout-out-of-phase and heldout-bursty-high
     (high-priority SLO 0.985 against 0.994). Not the default planner.
 
+    On a node without a priority-fill scheduler, as a real rlsched node is (stop 51), it
+    earns 1.048x ``migrator-ilp`` on the held-out suite (seeds 0-1; heldout-deploy 1.21-1.25x,
+    where ``migrator-ilp``'s linear overload loss kept bert starved at a 12% share), 1.014x on
+    the training suite and 1.036x on ``default``, and more on 9 of 10 bursty traces. There it
+    is what the daemon's ``auto`` runs where the node keeps a request log; without one the
+    arrival dispersion stays Poisson and it earns 0.98x ``migrator-ilp`` on the training suite.
+
     Departs from MIGRator as :class:`MigratorIlp` does, except that priority fill is chosen
     (as whole candidate layouts).
     """

@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("--logdir", default=None, help="TensorBoard event folder")
     p.add_argument("--state", default=None, help="state file, written atomically every cycle; a restart resumes from it")
     p.add_argument("--apply", action="store_true", help="change the hardware (real backends plan and log only without it)")
-    p.add_argument("--policy", default=None, help="auto (migrator-pf-held on the simulator, the method that measured best on held-out traffic and nodes; migrator-hedge-mps, MPS only, on a real node, which has no priority-fill scheduler), ppo (ppo@P: the planner takes over below action probability P), or a baseline name")
+    p.add_argument("--policy", default=None, help="auto (migrator-pf-held on the simulator, the method that measured best on held-out traffic and nodes; on a real node, which has no priority-fill scheduler, MPS only: migrator-queue with a request log, migrator-hedge-mps without), ppo (ppo@P: the planner takes over below action probability P), or a baseline name")
     p.add_argument("--interval-s", type=float, default=None, help="decision interval of real backends, seconds (default: the scenario's)")
     p.add_argument("--seed", type=int, default=None, help="seed of the simulator's episodes")
     p.add_argument("--log-level", choices=["debug", "info", "warning"], default=None, help="debug: one JSON line per cycle")

@@ -31,8 +31,9 @@ class DaemonConfig:
     :param scenario: bundled scenario name or YAML path (tenants, GPU type and count)
     :param backend: ``sim`` (as fast as possible), ``nvml`` or ``mig-parted`` (real time)
     :param policy: decision policy: ``auto`` (``migrator-pf-held`` on the simulator, the method
-        that measured best on held-out traffic and node shapes; ``migrator-hedge-mps``, MPS only,
-        on a real node, where rlsched starts no priority-fill scheduler), ``ppo`` (``ppo@P``: overriding the policy file's planner-takeover
+        that measured best on held-out traffic and node shapes; on a real node, where rlsched
+        starts no priority-fill scheduler, MPS only: ``migrator-queue`` with a request log,
+        ``migrator-hedge-mps`` without), ``ppo`` (``ppo@P``: overriding the policy file's planner-takeover
         probability with P) or a baseline name
     :param policy_path: ONNX file of the ``ppo`` policy (None: the shipped one)
     :param fallback_policy: the planner used whenever the policy cannot be trusted

@@ -87,7 +87,8 @@ class Daemon:
         self.gi_operations = 0
         self.exporter: PrometheusExporter | None = None
         self.env = self._make_env(dict(backend_options or {}))
-        self.guard = GuardedPolicy(build_policy(config.policy, config.policy_path, config.backend), build_policy(config.fallback_policy),
+        request_log = getattr(self.env.backend, "request_log", None) is not None
+        self.guard = GuardedPolicy(build_policy(config.policy, config.policy_path, config.backend, request_log), build_policy(config.fallback_policy),
                                    config.observation_tolerance)
         self.unscheduled_priority_fill: frozenset[str] = frozenset()
 

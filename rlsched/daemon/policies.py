@@ -54,29 +54,43 @@ HINDSIGHT_ONLY = ("static-best", "hindsight")
 #: ended below zero on 4 of 10. Its gains come from priority fill as the simulator models it:
 #: FIKIT's kernel scheduler.
 AUTO_POLICY = "migrator-pf-held"
-#: What ``auto`` runs on a real node (``nvml``, ``mig-parted``): a method that plans MPS only.
-#: rlsched starts no priority-fill scheduler there, so the tenants of a priority-fill instance
-#: time-slice, and a real H100 gave the high-priority one 1.55-2.39x its solo latency, not
-#: FIKIT's 1.05x (docs/hardware-probes/README.md, 2026-11-27). Run with priority-fill instances
-#: executed as time slicing (the policy not told), ``migrator-pf-held`` earned 0.80-0.98x
-#: ``migrator-ilp`` on the held-out suite. ``migrator-hedge-mps`` earned 1.03-1.08x ``migrator-ilp`` on ``default``
-#: (seeds 0-5) and 0.98-0.99x on heldout-eight-tenants, and equalled it elsewhere on the
-#: held-out suite and on 8 of 10 bursty traces (docs/planner-bursts.md, stop 49).
-AUTO_POLICY_REAL_NODE = "migrator-hedge-mps"
+#: What ``auto`` runs on a real node (``nvml``, ``mig-parted``) that keeps a request log
+#: (``observations.request_log``): a method that plans MPS only. rlsched starts no
+#: priority-fill scheduler there, so the tenants of a priority-fill instance time-slice, and a
+#: real H100 gave the high-priority one 1.55-2.39x its solo latency, not FIKIT's 1.05x
+#: (docs/hardware-probes/README.md, 2026-11-27). Simulated that way (``rlsched eval
+#: --no-priority-fill-scheduler``; docs/planner-bursts.md, stop 51), ``migrator-queue`` earned
+#: 1.048x ``migrator-ilp`` on the held-out suite (seeds 0-1; 1.052x
+#: :data:`AUTO_POLICY_RATES_ONLY`), 1.011x :data:`AUTO_POLICY_RATES_ONLY` on the training suite
+#: (seeds 0-1) and 0.995x on ``default`` (seeds 0-2), and more than ``migrator-ilp`` on 9 of 10
+#: bursty traces. Its queueing tail is right near capacity, where ``migrator-ilp``'s linear
+#: overload loss starved a tenant for most of heldout-deploy. It reads each tenant's arrival
+#: variability from the request log.
+AUTO_POLICY_REAL_NODE = "migrator-queue"
+#: What ``auto`` runs on a real node that measures rates only (no request log). There
+#: ``migrator-queue`` takes every tenant's arrivals for Poisson, and measured 0.98x
+#: ``migrator-ilp`` on the training suite (train-bursty-high 0.93x) and 0.95x this hedge on
+#: ``default``; this hedge plans MPS only and follows ``migrator-ilp`` or the best MPS-only
+#: fixed layout on its shadows, which replay the measured rates (docs/planner-bursts.md, stops
+#: 49 and 51).
+AUTO_POLICY_RATES_ONLY = "migrator-hedge-mps"
 
 
-def auto_policy(backend: str) -> str:
-    """What ``auto`` runs on ``backend``: :data:`AUTO_POLICY` on the simulator,
-    :data:`AUTO_POLICY_REAL_NODE` on a real node."""
-    return AUTO_POLICY_REAL_NODE if backend in REAL_BACKENDS else AUTO_POLICY
+def auto_policy(backend: str, request_log: bool = False) -> str:
+    """What ``auto`` runs on ``backend``: :data:`AUTO_POLICY` on the simulator; on a real node
+    :data:`AUTO_POLICY_REAL_NODE` where it keeps a request log, else :data:`AUTO_POLICY_RATES_ONLY`."""
+    if backend not in REAL_BACKENDS:
+        return AUTO_POLICY
+    return AUTO_POLICY_REAL_NODE if request_log else AUTO_POLICY_RATES_ONLY
 
 
-def build_policy(name: str, path: str | None = None, backend: str = "sim") -> Policy:
-    """``auto`` (:func:`auto_policy` of ``backend``), ``ppo`` (the shipped policy, or the
+def build_policy(name: str, path: str | None = None, backend: str = "sim", request_log: bool = False) -> Policy:
+    """``auto`` (:func:`auto_policy` of ``backend`` and whether the node keeps a
+    ``request_log``), ``ppo`` (the shipped policy, or the
     exported policy / training run at ``path``; ``ppo@P`` with the planner-takeover
     probability P), or a baseline by name."""
     if name == "auto":
-        name = auto_policy(backend)
+        name = auto_policy(backend, request_log)
     if name == "ppo" or name.startswith("ppo@"):
         from rlsched.agents.onnx_policy import PpoPolicy
 
