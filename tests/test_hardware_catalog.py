@@ -1,6 +1,8 @@
 """The MIG catalog: every packaged GPU loads, its numbers match gpu-facts.md, bad files are named."""
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -56,9 +58,12 @@ def test_sm_counts_and_unconfirmed_flags():
     # UNCONFIRMED in gpu-facts.md (a mock says 16); a real H100 reports 26 (docs/hardware-probes/).
     assert "sm_count" not in h100.profiles["1g.20gb"].unconfirmed
     assert "start_slots" in h100.profiles["1g.20gb"].unconfirmed  # mixed layouts are not confirmed
-    # H200 ids and placements are presumed equal to H100: flagged on every profile.
-    assert all({"nvml_profile_id", "start_slots"} <= set(p.unconfirmed) for p in h200.profiles.values())
-    assert not a100.profiles["3g.20gb"].unconfirmed
+    # A real H200 reports the H100's ids, placements and SMs (docs/hardware-probes/): no longer flagged.
+    assert [h200.profile(s).sm_count for s in ("1g", "2g", "3g", "4g", "7g")] == [16, 32, 60, 64, 132]
+    assert not any({"nvml_profile_id", "start_slots", "sm_count"} & set(p.unconfirmed) for n, p in h200.profiles.items() if n != "1g.35gb")
+    # Usable memory was measured on the H100 and H200 only: the A100's is the profile name's.
+    assert set(a100.profiles["3g.20gb"].unconfirmed) == {"memory_gib"}
+    assert not any("memory_gib" in p.unconfirmed for p in (*h100.profiles.values(), *h200.profiles.values()))
 
 
 def test_pci_ids_and_no_mig_v100():
@@ -115,23 +120,53 @@ def test_root_must_be_a_mapping():
         _parse_gpu([1, 2], Path("x.yaml"))
 
 
-def test_h100_catalog_equals_what_a_real_h100_reports():
-    """Read-only NVML answers of a real H100 80GB HBM3 (driver 580.159.04, MIG off), recorded in
-    docs/hardware-probes/: every catalog profile is offered with the catalog's id, name,
-    slices, SMs, count and possible placements, and the device offers no other profile."""
-    from rlsched.node.nvml_backend import NvmlGiProfile, match_catalog
+def recorded_nvml_profiles(dump: dict) -> dict:
+    """The GI profiles of a recorded read-only NVML dump (``scripts/nvml_readonly_dump.py``), by index."""
+    from rlsched.node.nvml_backend import NvmlGiProfile
 
-    recorded = json.loads((REPO / "docs/hardware-probes/h100-80gb-2026-11-26-nvml.json").read_text())
-    spec = load_gpu("h100-80gb")
-    assert recorded["pci_device_id"] == spec.pci_device_id
-    seen: dict[int, NvmlGiProfile] = {}
-    for index, info in recorded["profile_info_by_index"].items():
+    seen = {}
+    for index, info in dump["profile_info_by_index"].items():
         if "error" in info:
             continue
-        placements = recorded["possible_placements_by_profile_id"][str(info["id"])]
+        placements = dump["possible_placements_by_profile_id"][str(info["id"])]
         seen[int(index)] = NvmlGiProfile(int(index), info["id"], info["name"].removeprefix("MIG "), info["sliceCount"],
                                          info["instanceCount"], info["multiprocessorCount"], info["memorySizeMB"],
                                          tuple(p["start"] for p in placements), placements[0]["size"])
+    return seen
+
+
+@pytest.mark.parametrize("gpu, dump_file", [("h100-80gb", "h100-80gb-2026-11-26-nvml.json"),
+                                             ("h200-141gb", "h200-141gb-2026-11-27-nvml.json")])
+def test_catalog_equals_what_a_real_gpu_reports(gpu, dump_file):
+    """Read-only NVML answers of a real H100 80GB HBM3 and a real H200 (driver 580.159.04, MIG
+    off), recorded in docs/hardware-probes/: every catalog profile is offered with the catalog's
+    id, name, slices, SMs, count, possible placements and memory, and the device offers no
+    other profile."""
+    from rlsched.node.nvml_backend import match_catalog
+
+    recorded = json.loads((REPO / "docs/hardware-probes" / dump_file).read_text())
+    spec = load_gpu(gpu)
+    assert recorded["pci_device_id"] == spec.pci_device_id
+    seen = recorded_nvml_profiles(recorded)
     assert sorted(seen) == sorted(p.nvml_profile_index for p in spec.profiles.values())
     assert match_catalog(spec, seen).mismatches == ()
+    # memory_gib is what NVML reports, exactly: the capacity every fit check uses
+    assert {n.name: n.memory_mib for n in seen.values()} == {p.name: p.memory_gib * 1024 for p in spec.profiles.values()}
+    assert spec.memory_gib <= recorded["memory"]["total"] / 2**30 < spec.memory_gib + 0.01
     assert {p.sm_count for p in seen.values()} >= {spec.sm_count}  # the 7g profile holds all 132 SMs
+
+
+def test_a_catalog_that_claims_more_memory_than_the_device_has_is_reported():
+    """A100 and A30 catalogs carry the profile names' nominal memory: on a device that reports
+    less, the operator is told which value to set, and the profile stays usable."""
+    from rlsched.node.nvml_backend import match_catalog
+
+    spec = load_gpu("h100-80gb")
+    seen = recorded_nvml_profiles(json.loads((REPO / "docs/hardware-probes/h100-80gb-2026-11-26-nvml.json").read_text()))
+    nominal = dataclasses.replace(spec, profiles={n: dataclasses.replace(p, memory_gib=float(math.ceil(p.memory_gib)))
+                                                  for n, p in spec.profiles.items()})
+    match = match_catalog(nominal, seen)
+    assert len(match.mismatches) == len(spec.profiles)
+    assert any("1g.10gb (profile index 0): catalog memory 10240 MiB, NVML 9984 MiB" in m and "memory_gib to 9.75" in m
+               for m in match.mismatches)
+    assert match.unusable == frozenset()

@@ -205,6 +205,12 @@ def match_catalog(spec: GpuSpec, profiles: dict[int, NvmlGiProfile]) -> CatalogM
         for label, (ours, theirs) in {**geometry, **info}.items():
             if ours != theirs:
                 mismatches.append(f"{where}: catalog {label} {ours}, NVML {theirs}")
+        # Every capacity check uses the catalog's memory: more than the device has would place
+        # tenants that do not fit (less only wastes memory, so it is not reported).
+        catalog_mib = round(p.memory_gib * 1024)
+        if catalog_mib > seen.memory_mib:
+            mismatches.append(f"{where}: catalog memory {catalog_mib} MiB, NVML {seen.memory_mib} MiB "
+                              f"(more than the device has: set memory_gib to {seen.memory_mib / 1024:g})")
         if any(ours != theirs for ours, theirs in geometry.values()):
             unusable.add(p.name)
         else:
