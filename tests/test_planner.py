@@ -726,3 +726,77 @@ def test_tenants_that_fit_only_at_smaller_batches_are_planned_at_them(tmp_path):
         assert min(config.placements[n].batch_size for n in ("retrain-a", "retrain-b")) < 8
         _, _, _, _, info = env.step_configuration(config)
         assert not info["repaired"]
+
+
+def _resnet_profile(config) -> str:
+    p = config.placements["resnet"]
+    return config.layouts[p.gpu_index].instances[p.instance_index].profile
+
+
+def test_an_slo_guard_places_a_high_priority_tenant_where_its_burst_rates_are_served(default_env):
+    """At 430 req/s the Goodput objective gives resnet a 2g (it serves about 720 req/s there);
+    guarded at a burst rate of 900 req/s, resnet gets a GI that serves 900 on time, and the
+    objective the planner reports is its value less the guard's charge."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import queue_planner
+    from rlsched.solver.planner import SloGuard
+
+    planner = queue_planner(default_env)
+    resnet = default_env.scenario.tenant("resnet")
+    rates = [{"resnet": 430.0, "vgg": 120.0, "bert": 250.0, "alexnet": 900.0}] * 6
+    unguarded = planner.plan(rates, None).configuration
+    assert _resnet_profile(unguarded) == "2g.10gb"
+    planner.slo_guards = {"resnet": SloGuard(0.99, np.array([430.0, 900.0]), np.array([0.5, 0.5]))}
+    guarded = planner.plan(rates, None)
+    profile = _resnet_profile(guarded.configuration)
+    placement = guarded.configuration.placements["resnet"]
+    latency = planner.latency_ms(resnet, profile, placement.mps_pct, planner.sharing(guarded.configuration, "resnet"))
+    assert planner.on_time_table(resnet, np.array([900.0]), latency, [placement.batch_size])[0, 0] >= 0.99
+    assert planner.slo_guard_cost(resnet, profile, placement.mps_pct, placement.batch_size, 60.0,
+                                  planner.sharing(guarded.configuration, "resnet")) == 0.0
+    # The 2g misses the burst: the guard charges it, and the reported objective is net of that.
+    assert planner.slo_guard_cost(resnet, "2g.10gb", 100.0, 32, 60.0, 0) > 0.0
+    value, _, _ = planner.assess(guarded.configuration, rates)
+    assert guarded.value == pytest.approx(value, rel=1e-9)
+
+
+def test_an_slo_guard_charges_the_requests_predicted_late_beyond_its_target(default_env):
+    """resnet in a 2g serves 500 req/s on time and 1,000 req/s not at all: with the two rates
+    equally likely over a minute, 15,000 of 45,000 requests are on time where the target asks
+    44,550, and each missing one costs SLO_GUARD_PENALTY x its weight."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import queue_planner
+    from rlsched.solver.planner import SLO_GUARD_PENALTY, SloGuard
+
+    planner = queue_planner(default_env)
+    resnet = default_env.scenario.tenant("resnet")
+    assert planner.slo_guard_cost(resnet, "2g.10gb", 100.0, 32, 60.0, 0) == 0.0  # no guard, no charge
+    planner.slo_guards = {"resnet": SloGuard(0.99, np.array([500.0, 1000.0]), np.array([0.5, 0.5]))}
+    weight = default_env.scenario.weights.priority["high"]
+    assert planner.slo_guard_cost(resnet, "2g.10gb", 100.0, 32, 60.0, 0) == pytest.approx(SLO_GUARD_PENALTY * weight * (44550.0 - 15000.0), rel=1e-3)
+    assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) == 0.0
+
+
+def test_burst_rates_hold_the_peak_and_learn_the_tenants_own_bursts():
+    from rlsched.agents.baselines.planners import PRIOR_BURST_RATIOS, SLO_HOLD_S, BurstRates
+
+    bursts = BurstRates(["resnet"], lookahead=6)
+    interval_s = 10.0
+    hold = round(SLO_HOLD_S / interval_s)
+    bursts.record({"resnet": 400.0})
+    guard = bursts.guard("resnet", 350.0, interval_s)
+    assert list(guard.rates_rps) == pytest.approx([400.0 * r for r in PRIOR_BURST_RATIOS])  # not measured long enough
+    assert guard.probabilities.sum() == pytest.approx(1.0)
+    for rate in [400.0, 800.0] * hold:  # a tenant that doubles every other interval
+        bursts.record({"resnet": rate})
+    guard = bursts.guard("resnet", 600.0, interval_s)
+    assert guard.rates_rps.max() == pytest.approx(1600.0)  # its peak, times the doubling it has shown
+    assert guard.rates_rps.min() == pytest.approx(400.0)  # ... and halving
+    assert guard.probabilities.sum() == pytest.approx(1.0)
+    for _ in range(hold - 1):  # a lull: the peak is held ...
+        bursts.record({"resnet": 0.0})
+    assert bursts.guard("resnet", 0.0, interval_s).rates_rps.max() >= 800.0
+    bursts.record({"resnet": 0.0})  # ... for SLO_HOLD_S
+    assert bursts.guard("resnet", 0.0, interval_s).rates_rps.max() == 0.0

@@ -121,9 +121,34 @@ VALUE_MODEL_ERROR = 0.1
 #: Fewest logged arrivals the planner replays to find a priority-fill instance's idle time
 #: (:attr:`Planner.arrival_log`); with fewer the fluid batcher stands in.
 MIN_ARRIVALS_FOR_REPLAY = 20
+#: What a guarded tenant's predicted late request below its SLO target costs the planner, in
+#: multiples of the request's priority weight (:class:`SloGuard`). Ten times: the
+#: shortfall outweighs what the GPU share it frees earns the other tenants, so the planner
+#: gives it up only where no configuration meets the target (docs/planner-bursts.md, stop 53).
+SLO_GUARD_PENALTY = 10.0
 _QUANTILE_Z = np.array([NormalDist().inv_cdf((k + 0.5) / RATE_QUANTILE_POINTS) for k in range(RATE_QUANTILE_POINTS)])
 
 Rates = Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class SloGuard:
+    """An inference tenant's SLO target, and the rates it may reach over the lookahead.
+
+    The planner charges each of the tenant's placements :data:`SLO_GUARD_PENALTY` x its
+    priority weight for every request it predicts late beyond the target, its on-time
+    fraction taken over these rates (request-weighted). The Goodput objective alone trades
+    a high-priority tenant's SLO for the others' Goodput; the guard makes the target a
+    constraint the planner breaks only where no configuration meets it.
+
+    :param target: fraction of the tenant's requests to answer on time, e.g. 0.99
+    :param rates_rps: rates the tenant may reach, requests/s
+    :param probabilities: how likely each rate is (sums to 1)
+    """
+
+    target: float
+    rates_rps: np.ndarray
+    probabilities: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -253,6 +278,9 @@ class Planner:
         #: The value model's relative error as the policy measured it on this node, for the
         #: payback margin (:meth:`payback_hurdle`; None: :data:`VALUE_MODEL_ERROR`).
         self.value_model_error: float | None = None
+        #: Per inference tenant held to an SLO target, its guard (:class:`SloGuard`; set by
+        #: the policy each interval; a tenant not in it is valued by Goodput alone).
+        self.slo_guards: dict[str, SloGuard] = {}
         reference = scenario.reference
         self._background_batch = {
             t.name: (reference.placements[t.name].batch_size if reference and t.name in reference.placements else CO_RUNNER_BATCH)
@@ -501,6 +529,21 @@ class Planner:
             return value + SHARE_TIE_BREAK * mps_pct, b
         b = self._background_batch[tenant.name] if batch is None else batch
         return self._background_value(tenant, profile, mps_pct, b, rates, accuracy, co_runners=co_runners), b
+
+    def slo_guard_cost(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, horizon_s: float,
+                       co_runners: int | None = None, rate_cv: Rates | None = None) -> float:
+        """What its :class:`SloGuard` charges ``tenant`` for a placement in a GI of ``profile``
+        at ``mps_pct`` and ``batch`` over ``horizon_s``: :data:`SLO_GUARD_PENALTY` x its
+        priority weight x the requests predicted late beyond the target (0 for a tenant
+        without a guard)."""
+        guard = self.slo_guards.get(tenant.name)
+        if guard is None or not isinstance(tenant, InferenceTenant):
+            return 0.0
+        latency = self.latency_ms(tenant, profile, mps_pct, co_runners)
+        requests = guard.rates_rps * guard.probabilities * horizon_s
+        on_time = self.on_time_table(tenant, guard.rates_rps, latency, [min(batch, tenant.max_batch)], (rate_cv or {}).get(tenant.name, 0.0))[0]
+        shortfall = max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
+        return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * shortfall
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
                      drain: tuple[float, float] | None = None) -> float:
@@ -819,6 +862,8 @@ class Planner:
                 held_values: Mapping[str, float] | None = None, smaller_batches: bool = False) -> list[PlanOption]:
         """Every column of the MILP: per tenant, GPU and GI placement, the share levels that
         add value over the smaller ones (plus 100% and the running share), each at its best batch.
+        A guarded tenant's column is worth its value less its SLO guard's charge
+        (:meth:`slo_guard_cost`; priority-fill columns are not charged).
 
         :param held_values: :meth:`configuration_values` of ``current`` at these rates, when
             the caller has them already
@@ -833,6 +878,7 @@ class Planner:
         if held_values is None:
             held_values = self.configuration_values(current, rates, accuracy, rate_cv) if current is not None else {}
         others = len(gpus_of) - 1 if gpus_of is not None else len(self.scenario.tenants) - 1
+        horizon_s = self.interval_s * len(rates)
         for t in self.scenario.tenants:
             if gpus_of is not None and t.name not in gpus_of:
                 continue
@@ -841,6 +887,7 @@ class Planner:
             held = held_values.get(t.name)
             for profile in sorted({gi.profile if gi else None for gi in placements}, key=lambda p: (p is None, p or "")):
                 table = []
+                guard_costs: dict[tuple, float] = {}  # (share, co-runners, batch) -> SLO guard cost
                 shares = set(self.share_levels) | ({running[2]} if running else set())
                 best: dict[int | None, float] = {}
                 for share in sorted(shares):
@@ -865,7 +912,10 @@ class Planner:
                             cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held,
                                                          self.drain(t, profile, share, batch, count))
                             hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held, t.name, current)
-                            options.append(PlanOption(t.name, g, gi, share, batch, memory, value, cost, hurdle, count))
+                            if (share, count, batch) not in guard_costs:
+                                guard_costs[share, count, batch] = self.slo_guard_cost(t, profile, share, batch, horizon_s, count, rate_cv)
+                            guard = guard_costs[share, count, batch]
+                            options.append(PlanOption(t.name, g, gi, share, batch, memory, value - guard, cost, hurdle, count))
         return options
 
     def _smaller_batch_columns(self, tenant: Tenant, profile: str | None, share: float, count: int | None, batch: int, memory: float,
@@ -1126,7 +1176,8 @@ class Planner:
     def assess(self, configuration: Configuration, rates: Rates | Sequence[Rates], current: Configuration | None = None,
                accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> tuple[float, float, float]:
         """(value, reconfiguration cost, payback hurdle) of a configuration, each summed over
-        tenants (:meth:`evaluate`, :meth:`payback_hurdle`); any sharing mode."""
+        tenants (:meth:`evaluate`, :meth:`payback_hurdle`); any sharing mode. The value is
+        less the SLO guards' charges of MPS placements (:meth:`slo_guard_cost`)."""
         return self.assess_many([configuration], rates, current, accuracy, rate_cv)[0]
 
     def assess_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
@@ -1151,6 +1202,9 @@ class Planner:
                 mode = configuration.modes[p.gpu_index][p.instance_index]
                 share = float(p.mps_pct) if mode == SharingMode.MPS else 100.0
                 value += values[t.name]
+                if mode == SharingMode.MPS:
+                    value -= self.slo_guard_cost(t, gi.profile if gi else None, share, p.batch_size, self.interval_s * len(windows),
+                                                 self.sharing(configuration, t.name), rate_cv)
                 held = held_values.get(t.name)
                 c = self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), values[t.name], windows, self.memory_gib(t.name, p.batch_size),
                                           held if self.scenario.make_before_break else None,
