@@ -122,9 +122,11 @@ VALUE_MODEL_ERROR = 0.1
 #: (:attr:`Planner.arrival_log`); with fewer the fluid batcher stands in.
 MIN_ARRIVALS_FOR_REPLAY = 20
 #: What a guarded tenant's predicted late request below its SLO target costs the planner, in
-#: multiples of the request's priority weight (:class:`SloGuard`). Ten times: the
-#: shortfall outweighs what the GPU share it frees earns the other tenants, so the planner
-#: gives it up only where no configuration meets the target (docs/planner-bursts.md, stop 53).
+#: multiples of the request's priority weight (:class:`SloGuard`). Ten times, chosen, not
+#: fitted: a request served is worth at most about its priority weight, so a late guarded
+#: request outweighs what the GPU share it would free earns the other tenants, and the
+#: planner misses the target only where no configuration meets it (docs/planner-bursts.md,
+#: stop 53).
 SLO_GUARD_PENALTY = 10.0
 _QUANTILE_Z = np.array([NormalDist().inv_cdf((k + 0.5) / RATE_QUANTILE_POINTS) for k in range(RATE_QUANTILE_POINTS)])
 
