@@ -69,7 +69,7 @@ SHIFT_FACTOR = 2.0
 #: of a few req/s around a near-zero rate is none).
 SHIFT_MIN_RPS = 20.0
 #: The fraction of its requests a high-priority inference tenant must answer on time: what
-#: ``migrator-queue`` holds it to (:class:`BurstRates`, the planner's ``SloGuard``; issue 23).
+#: ``migrator-queue-slo`` holds it to (:class:`BurstRates`, the planner's ``SloGuard``; issue 23).
 HIGH_PRIORITY_SLO_TARGET = 0.99
 #: How long, s, a guarded tenant is still planned for the highest rate measured: as long as
 #: Kubernetes' HorizontalPodAutoscaler waits by default before it scales down (its scale-down
