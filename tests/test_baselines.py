@@ -181,6 +181,34 @@ def test_static_best_rankings_tries_every_grouping_and_beats_one_ranking_where_i
     assert policy.objective_in_hindsight > 1.2 * one_ranking
 
 
+def test_static_best_slo_keeps_the_best_fixed_configuration_whose_high_priority_tenants_meet_the_target(monkeypatch):
+    """``best_fixed_configuration(..., slo_target=...)``, what ``static-best-slo`` searches with:
+    the best objective among the candidates whose high-priority tenants answer the target
+    fraction on time; where none does, the one that answers the most on time."""
+    from rlsched.agents.baselines import hindsight
+
+    env = GpuShareEnv("default")
+    env.reset(seed=0)
+    first, second, third = hindsight.layout_candidates(env)[:3]
+    candidates = [first, second, third]
+    outcomes = [(100.0, 0.95), (90.0, 0.995), (80.0, 0.999)]  # (objective, attainment) per candidate
+    attainment = {}
+
+    def rollout(private, seed, plan):
+        configuration = getattr(plan, "configuration", None)
+        known = [k for k, c in enumerate(candidates) if c == configuration]
+        objective, attainment["last"] = outcomes[known[0]] if known else (0.0, 0.0)  # the static baselines: nothing
+        return objective, [configuration]
+
+    monkeypatch.setattr(hindsight, "rollout", rollout)
+    monkeypatch.setattr(hindsight, "high_priority_on_time", lambda private: (round(1000 * attainment["last"]), 1000))
+    episodes = [(env, 0)]
+    assert hindsight.best_fixed_configuration(episodes, candidates) == (100.0, first)
+    assert hindsight.best_fixed_configuration(episodes, candidates, slo_target=0.99) == (90.0, second)
+    outcomes[1:] = [(90.0, 0.98), (80.0, 0.985)]
+    assert hindsight.best_fixed_configuration(episodes, candidates, slo_target=0.99) == (80.0, third)
+
+
 MIXED_NODE = {
     "duration_s": 30, "decision_interval_s": 10,
     "tenants": [

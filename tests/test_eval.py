@@ -232,7 +232,7 @@ def test_rerun_hindsight_searches_the_reference_again_from_the_recorded_policies
     assert "8 of 8 episodes reproduce" in capsys.readouterr().out
 
 
-def test_add_policies_runs_them_on_the_recorded_episodes_and_adds_the_best_fixed_grouping_column(tmp_path, capsys):
+def test_add_policies_runs_them_on_the_recorded_episodes_and_adds_the_best_fixed_grouping_columns(tmp_path, capsys):
     low, high = _tiny_variant(tmp_path, "tiny-low", 100), _tiny_variant(tmp_path, "tiny-high", 700)
     suite = tmp_path / "suite.yaml"
     suite.write_text(f"name: tiny\ndescription: two tiny nodes\nscenarios: [{low.name}, {high}]\n")
@@ -245,8 +245,10 @@ def test_add_policies_runs_them_on_the_recorded_episodes_and_adds_the_best_fixed
     for bad in ("static-best", "hindsight"):  # already there; a search is searched again, not added
         assert main(["eval", "--replay", str(old), "--add-policies", bad, "--json", str(new), "--no-progress"]) == 2
         assert "--add-policies" in capsys.readouterr().err and not new.exists()
-    assert main(["eval", "--replay", str(old), "--add-policies", "static-best-rankings", "--json", str(new), "--no-progress"]) == 0
-    assert "vs static-best-rankings" in capsys.readouterr().out
+    assert main(["eval", "--replay", str(old), "--add-policies", "static-best-rankings,static-best-slo", "--json", str(new),
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "vs static-best-rankings" in out and "vs static-best-slo" in out
     assert json.loads(old.read_text()) == before  # the input is kept
     after = json.loads(new.read_text())
     for name, res in after["scenarios"].items():
@@ -254,16 +256,20 @@ def test_add_policies_runs_them_on_the_recorded_episodes_and_adds_the_best_fixed
         rankings = table["static-best-rankings"]
         assert len(rankings["goodput_per_episode"]) == 2  # seeds 0 and 1, as recorded
         assert rankings["goodput"] >= table["static-best"]["goodput"] - 1e-6  # it searches a superset of static-best
+        # the same search held to the high-priority SLO target: never more
+        for best, held in zip(rankings["goodput_per_episode"], table["static-best-slo"]["goodput_per_episode"], strict=True):
+            assert held <= best + 1e-6
         for policy, row in table.items():
             assert row["goodput_vs_static_best_rankings"] == pytest.approx(row["goodput"] / rankings["goodput"])
-            if policy != "static-best-rankings":
+            assert row["goodput_vs_static_best_slo"] == pytest.approx(row["goodput"] / table["static-best-slo"]["goodput"])
+            if policy not in ("static-best-rankings", "static-best-slo"):
                 assert row["goodput_per_episode"] == was[policy]["goodput_per_episode"]  # not run again
         assert "static-best-rankings" in res["paired"]["policies"] or res["paired"]["reference"] == "static-best-rankings"
     ratios = [res["policies"]["static-equal"]["goodput_vs_static_best_rankings"] for res in after["scenarios"].values()]
     summary = after["summary"]["static-equal"]
     assert summary["goodput_vs_static_best_rankings_geomean"] == pytest.approx((ratios[0] * ratios[1]) ** 0.5)
     assert main(["eval", "--replay", str(new)]) == 0  # the added trajectories reproduce too
-    assert "12 of 12 episodes reproduce" in capsys.readouterr().out
+    assert "16 of 16 episodes reproduce" in capsys.readouterr().out
 
 
 def test_rerun_policies_replaces_a_changed_policys_rows_and_trajectories(tmp_path, capsys):

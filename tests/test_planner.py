@@ -643,25 +643,29 @@ def test_migrator_pf_keeps_a_configuration_the_node_measures_serving_where_the_m
     assert answers[1.0] == GpuShareEnv("default").scenario.reference
 
 
-@pytest.mark.parametrize("intervals_run, held_intervals, check_gain, lookaheads, changes", [
-    (3, 0, 1.0, [3], False),       # just chosen: only the usual plan
-    (3, 2, 1.0, [3, 5], True),     # held 2 intervals: planned again over 3 + 2 windows, the check agrees
-    (3, 2, -1.0, [3, 5], False),   # the check refuses: the running configuration stays
-    (3, 20, 1.0, [3, 6], True),    # the longer lookahead stops at held_lookahead
-    (2, 2, 1.0, [3], False),       # fewer intervals measured than the check replays: no longer plan
+@pytest.mark.parametrize("base", ["MigratorIlp", "MigratorQueue"])
+@pytest.mark.parametrize("intervals_run, held_intervals, check_gain, longer, changes", [
+    (3, 0, 1.0, [], False),        # just chosen: only the usual plan
+    (3, 2, 1.0, [2], True),        # held 2 intervals: planned again over 2 windows more, the check agrees
+    (3, 2, -1.0, [2], False),      # the check refuses: the running configuration stays
+    (3, 20, 1.0, [4], True),       # the longer lookahead stops at held_lookahead
+    (2, 2, 1.0, [], False),        # fewer intervals measured than the check replays: no longer plan
 ])
 def test_a_held_configuration_is_planned_over_a_longer_lookahead_and_changed_only_if_the_check_agrees(
-        monkeypatch, intervals_run, held_intervals, check_gain, lookaheads, changes):
-    """``MigratorIlp.held_lookahead`` (on in ``migrator-pf-held``): where the usual plan keeps
-    the running configuration, the planner plans again over a lookahead lengthened by the
-    intervals it has been held, capped; a change only that plan makes is made if the simulated
-    check over as many intervals finds it gains; not before the node has run
-    ``MIN_HISTORY_INTERVALS`` intervals."""
+        monkeypatch, base, intervals_run, held_intervals, check_gain, longer, changes):
+    """``MigratorIlp.held_lookahead`` (on in ``migrator-pf-held``; ``migrator-queue`` decides
+    through the same chain): where the usual plan keeps the running configuration, the planner
+    plans again over a lookahead lengthened by the intervals it has been held, capped; a
+    change only that plan makes is made if the simulated check over as many intervals finds
+    it gains; not before the node has run ``MIN_HISTORY_INTERVALS`` intervals."""
     from rlsched.agents.baselines import apply, planners
     from rlsched.solver.planner import Plan
 
-    class Held(planners.MigratorIlp):
-        held_lookahead = 6
+    usual = getattr(planners, base).lookahead
+    lookaheads = [usual] + [usual + extra for extra in longer]
+
+    class Held(getattr(planners, base)):
+        held_lookahead = usual + 4
 
     monkeypatch.setattr(planners, "observed_load", lambda env: (dict(RATES[0]), {}, {}))
     env = GpuShareEnv("default")
@@ -675,9 +679,9 @@ def test_a_held_configuration_is_planned_over_a_longer_lookahead_and_changed_onl
     asked: list[int] = []
     checked: list[int] = []
 
-    def plan(windows, current, accuracy):
+    def plan(windows, current, accuracy, *args, **kwargs):
         asked.append(len(windows))
-        return Plan(current if len(windows) == planners.MIGRATOR_LOOKAHEAD else elsewhere, 0.0, 0.0, 0.0, 0.0, "kOptimal", 0, 0)
+        return Plan(current if len(windows) == usual else elsewhere, 0.0, 0.0, 0.0, 0.0, "kOptimal", 0, 0)
 
     def gain(proposal, running, *args, **kwargs):
         assert proposal is elsewhere and running == env.current

@@ -12,7 +12,7 @@ from rlsched.agents.baselines.base import Decision, Policy, apply
 from rlsched.agents.baselines.ekya import Ekya
 from rlsched.agents.baselines.fikit import Fikit
 from rlsched.agents.baselines.hedge import MigratorHedge, MigratorHedgeGroupings, MigratorHedgeLoad, MigratorHedgeMps, MigratorHedgeQueue
-from rlsched.agents.baselines.hindsight import Hindsight, StaticBest, StaticBestRankings, StaticProfiled
+from rlsched.agents.baselines.hindsight import Hindsight, StaticBest, StaticBestRankings, StaticBestSlo, StaticProfiled
 from rlsched.agents.baselines.igniter import Igniter
 from rlsched.agents.baselines.miso import Miso
 from rlsched.agents.baselines.planners import MigratorBurst, MigratorIlp, MigratorPriorityFill, MigratorPriorityFillHeld, MigratorQueue, MigratorQueueSlo, ParisElsa, PlannerLibrary
@@ -20,7 +20,7 @@ from rlsched.agents.baselines.static import StaticEqual
 from rlsched.errors import ConfigError
 
 #: Name -> policy class, in the order tables list them.
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, StaticProfiled, StaticBest, StaticBestRankings, MigratorIlp, MigratorPriorityFill, MigratorPriorityFillHeld, MigratorQueue, MigratorQueueSlo, MigratorBurst, MigratorHedge, MigratorHedgeMps, MigratorHedgeQueue, MigratorHedgeGroupings, MigratorHedgeLoad, PlannerLibrary, Igniter, Miso, ParisElsa, Ekya, Fikit, Hindsight)}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, StaticProfiled, StaticBest, StaticBestRankings, StaticBestSlo, MigratorIlp, MigratorPriorityFill, MigratorPriorityFillHeld, MigratorQueue, MigratorQueueSlo, MigratorBurst, MigratorHedge, MigratorHedgeMps, MigratorHedgeQueue, MigratorHedgeGroupings, MigratorHedgeLoad, PlannerLibrary, Igniter, Miso, ParisElsa, Ekya, Fikit, Hindsight)}
 
 
 def make_policy(name: str) -> Policy:

@@ -27,6 +27,10 @@ from rlsched.workloads.tenants import InferenceTenant, Tenant
 
 #: Batch size of a tenant the scenario's reference does not place.
 DEFAULT_BATCH = 8
+#: The fraction of its requests a high-priority inference tenant must answer on time: what
+#: ``migrator-queue-slo`` holds it to (the planner's ``SloGuard``) and ``static-best-slo``
+#: holds its fixed configuration to (issue 23).
+HIGH_PRIORITY_SLO_TARGET = 0.99
 #: What a policy returns: an action, an exact configuration, or exact per-tenant requests.
 Decision = np.ndarray | Configuration | Mapping[str, TenantRequest]
 
@@ -42,6 +46,19 @@ class Policy:
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Decision:
         """The decision for the next interval."""
         raise NotImplementedError
+
+
+def high_priority_on_time(env: GpuShareEnv) -> tuple[int, int]:
+    """(requests answered on time, requests answered or dropped) of the node's high-priority
+    inference tenants so far: the high-priority SLO attainment is their ratio."""
+    summary = env.backend.summary()
+    on_time = decided = 0
+    for tenant in env.scenario.inference_tenants():
+        if tenant.priority.value == "high":
+            counts = summary[tenant.name]
+            on_time += int(counts["on_time"])
+            decided += int(counts["completed"]) + int(counts["dropped"])
+    return on_time, decided
 
 
 def apply(env: GpuShareEnv, decision: Decision) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:

@@ -10,8 +10,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from rlsched.agents.baselines.base import (CapacityModel, Policy, arrival_rates_rps, equal_shares, intervals_left, measured_arrival_rates,
-                                           measured_service, observed_load, sized_requests)
+from rlsched.agents.baselines.base import (HIGH_PRIORITY_SLO_TARGET, CapacityModel, Policy, arrival_rates_rps, equal_shares, intervals_left,
+                                           measured_arrival_rates, measured_service, observed_load, sized_requests)
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.decision import Configuration, SharingMode
@@ -68,9 +68,6 @@ SHIFT_FACTOR = 2.0
 #: Least departure from the smoothed rate, requests/s, that counts as a shift (Poisson noise
 #: of a few req/s around a near-zero rate is none).
 SHIFT_MIN_RPS = 20.0
-#: The fraction of its requests a high-priority inference tenant must answer on time: what
-#: ``migrator-queue-slo`` holds it to (:class:`BurstRates`, the planner's ``SloGuard``; issue 23).
-HIGH_PRIORITY_SLO_TARGET = 0.99
 #: How long, s, a guarded tenant is still planned for the highest rate measured: as long as
 #: Kubernetes' HorizontalPodAutoscaler waits by default before it scales down (its scale-down
 #: stabilization window). A lull then does not shrink the tenant's instance just before its
@@ -152,11 +149,13 @@ class MigratorIlp(Policy):
     #: (:meth:`~rlsched.solver.planner.Planner.measured_values`), it beats the plan.
     measured_hold: ClassVar[bool] = False
     #: Once the running configuration has been held for n intervals and the plan keeps it,
-    #: plan again over ``MIGRATOR_LOOKAHEAD + n`` windows, up to this many (0: never); a change
+    #: plan again over ``lookahead + n`` windows, up to this many (0: never); a change
     #: that only the longer plan makes is made if the simulated check over as many intervals
     #: (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`) finds it gains; not in the
     #: first ``MIN_HISTORY_INTERVALS`` intervals, before the check has rates to replay.
     held_lookahead: ClassVar[int] = 0
+    #: Windows the usual plan looks ahead (restarts are amortised over them).
+    lookahead: ClassVar[int] = MIGRATOR_LOOKAHEAD
 
     def reset(self, env: GpuShareEnv) -> None:
         self.planner = self.make_planner(env)
@@ -174,12 +173,17 @@ class MigratorIlp(Policy):
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         # Unmeasured tenants (see arrival_rates_rps): no backlog, the scenario's accuracy.
         rates, backlog, accuracy = observed_load(env)
+        return self._choose(env, rates, backlog, accuracy)
+
+    def _choose(self, env: GpuShareEnv, rates: dict[str, float], backlog: dict[str, float], accuracy: dict[str, float]) -> Configuration:
+        """The configuration to run: the plan over :attr:`lookahead` windows, or, where that
+        keeps a held configuration, a change a longer plan makes (:meth:`_held_change`)."""
         current = env.current
         elapsed_s = env.last_step.t_end_s if env.last_step is not None else 0.0
         if self.check is not None:
             measured = env.backend.observe()
             self.check.record(elapsed_s, measured_arrival_rates(measured))
-        self.last_plan, answer = self._decide(env, MIGRATOR_LOOKAHEAD, rates, backlog, accuracy)
+        self.last_plan, answer = self._decide(env, self.lookahead, rates, backlog, accuracy)
         # Only a configuration this policy chose runs as planned (a repaired one may not).
         held = current is not None and current == self.chosen
         # Not before the check has measured rates to replay: with fewer it forecasts Poisson
@@ -211,7 +215,7 @@ class MigratorIlp(Policy):
         """The change a plan over a lookahead lengthened by the intervals held makes, if the
         simulated check confirms it; else the running configuration.
 
-        Why: a change whose restarts pay back over more than :data:`MIGRATOR_LOOKAHEAD`
+        Why: a change whose restarts pay back over more than :attr:`lookahead`
         windows is never made, however long the node stays where it is (heldout-bursty-high:
         a priority-fill 2g that its own planner values 1,340 an interval below an MPS split
         held for 60 intervals, because leaving restarts two tenants for 8 s each). Planning
@@ -222,8 +226,8 @@ class MigratorIlp(Policy):
         simulator, replaying the measured rates, before a change is made on them.
         """
         current = env.current
-        lookahead = min(self.held_lookahead, MIGRATOR_LOOKAHEAD + self.held_intervals)
-        if lookahead <= MIGRATOR_LOOKAHEAD:
+        lookahead = min(self.held_lookahead, self.lookahead + self.held_intervals)
+        if lookahead <= self.lookahead:
             return current
         plan, longer = self._decide(env, lookahead, rates, backlog, accuracy)
         if longer == current:
@@ -349,16 +353,20 @@ class MigratorQueue(MigratorIlp):
     """
 
     name = "migrator-queue"
+    lookahead = QUEUE_LOOKAHEAD
     #: Hold each high-priority inference tenant to :data:`HIGH_PRIORITY_SLO_TARGET` at its
     #: burst rates (:class:`BurstRates`): :class:`MigratorQueueSlo`.
     slo_guard: ClassVar[bool] = False
 
+    def make_planner(self, env: GpuShareEnv) -> Planner:
+        return queue_planner(env)
+
     def reset(self, env: GpuShareEnv) -> None:
-        self.planner = queue_planner(env)
-        self.last_plan: Plan | None = None
+        super().reset(env)
         self.candidates = priority_fill_candidates(env)
         self.residuals: dict[str, deque[float]] = {t.name: deque(maxlen=HISTORY_INTERVALS) for t in env.scenario.inference_tenants()}
         self.forecast_rps: dict[str, float] = {}
+        self.spread: dict[str, float] = {}
         self.value_error = MeasuredValueError()
         self.shifts = RateShifts()
         guarded = [t.name for t in env.scenario.inference_tenants() if t.priority.value == "high"] if self.slo_guard else []
@@ -386,17 +394,24 @@ class MigratorQueue(MigratorIlp):
         self._take_in(env, rates)
         self.planner.value_model_error = self.value_error.record(env)
         self.planner.slo_guards = {name: self.bursts.guard(name, smoothed[name], self.planner.interval_s) for name in self.bursts.history}
-        windows = self.planner.forecast([rates] * QUEUE_LOOKAHEAD, backlog)
+        self.spread = forecast_spread(self.residuals)
         current = env.current
-        spread = forecast_spread(self.residuals)
+        answer = self._choose(env, rates, backlog, accuracy)
+        if current is not None and answer == current:
+            first = self.planner.forecast([rates], backlog)
+            self.value_error.predict(sum(self.planner.configuration_values(current, first, accuracy, self.spread).values()))
+        return answer
+
+    def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
+                accuracy: dict[str, float]) -> tuple[Plan, Configuration]:
+        windows = self.planner.forecast([rates] * lookahead, backlog)
+        current = env.current
         # The MILP cannot express (hence keep or adjust) a priority-fill layout: the running one
         # is a candidate too, and so is each move of one tenant into another priority-fill GI.
         adjust = [current, *priority_fill_moves(current, self.planner.memory_gib)] if current is not None and current.uses_priority_fill() else []
-        self.last_plan = self.planner.plan(windows, current, accuracy, spread,
-                                           candidates=self.candidates + [c for c in adjust if c not in self.candidates])
-        if current is not None and self.last_plan.configuration == current:
-            self.value_error.predict(sum(self.planner.configuration_values(current, windows[:1], accuracy, spread).values()))
-        return self.last_plan.configuration
+        plan = self.planner.plan(windows, current, accuracy, self.spread,
+                                 candidates=self.candidates + [c for c in adjust if c not in self.candidates])
+        return plan, plan.configuration
 
 
 class MigratorQueueSlo(MigratorQueue):
