@@ -37,12 +37,12 @@ from typing import Any
 import numpy as np
 
 from rlsched.agents.baselines import POLICIES, apply, make_policy
+from rlsched.agents.baselines.base import high_priority_on_time
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 from rlsched.simulator.perf import PerformanceModelLike
 from rlsched.workloads.scenario import Scenario
-from rlsched.workloads.tenants import Priority
 
 METRICS = ("goodput", "goodput_vs_hindsight", "goodput_vs_static_best", "goodput_vs_static_best_rankings",
            "goodput_vs_static_best_slo", "slo_attainment", "slo_attainment_high", "latency_ms_p99",
@@ -123,12 +123,10 @@ def run_episode(env: GpuShareEnv, policy_name: str, seed: int, progress: Any = N
         decided = int(s["completed"]) + int(s["dropped"])
         episode.on_time += int(s["on_time"])
         episode.decided += decided
-        if t.priority == Priority.HIGH:
-            episode.on_time_high += int(s["on_time"])
-            episode.decided_high += decided
         if math.isfinite(float(s["latency_ms_p99"])):
             p99s.append(float(s["latency_ms_p99"]))
     episode.latency_ms_p99 = max(p99s, default=math.nan)
+    episode.on_time_high, episode.decided_high = high_priority_on_time(env)
     return episode
 
 

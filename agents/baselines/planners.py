@@ -370,7 +370,7 @@ class MigratorQueue(MigratorIlp):
         self.value_error = MeasuredValueError()
         self.shifts = RateShifts()
         guarded = [t.name for t in env.scenario.inference_tenants() if t.priority.value == "high"] if self.slo_guard else []
-        self.bursts = BurstRates(guarded, QUEUE_LOOKAHEAD)
+        self.bursts = BurstRates(guarded, self.lookahead)
 
     def observe(self, env: GpuShareEnv) -> None:
         """Take in the last interval's measurements (forecast error, arrival variability):
