@@ -42,7 +42,7 @@ demo: install
 	@echo "plot of each policy's layout timeline and Goodput: demo-eval.png"
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 # The tiny RLlib training run (marked rllib) and the engine-independent tests, with ray installed.
 test-distributed: install-distributed
