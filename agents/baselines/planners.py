@@ -75,9 +75,6 @@ SHIFT_MIN_RPS = 20.0
 SLO_HOLD_S = 300.0
 #: How many of its last measured intervals give a tenant's burst distribution (:class:`BurstRates`).
 BURST_HISTORY_INTERVALS = 360
-#: The window, s, a guarded tenant's error budget is counted over (:meth:`BurstRates.guard`):
-#: an hour, the span ``rlsched eval`` scores an episode's SLO attainment on.
-SLO_WINDOW_S = 3600.0
 #: Fewest rate ratios for a measured burst distribution (it also needs :data:`SLO_HOLD_S` of
 #: measurements).
 MIN_BURST_SAMPLES = 30
@@ -376,7 +373,7 @@ class MigratorQueue(MigratorIlp):
         self.value_error = MeasuredValueError()
         self.shifts = RateShifts()
         guarded = [t.name for t in env.scenario.inference_tenants() if t.priority.value == "high"] if self.slo_guard else []
-        self.bursts = BurstRates(guarded, self.lookahead, float(env.scenario.decision_interval_s))
+        self.bursts = BurstRates(guarded, self.lookahead)
 
     def observe(self, env: GpuShareEnv) -> None:
         """Take in the last interval's measurements (forecast error, arrival variability):
@@ -388,7 +385,7 @@ class MigratorQueue(MigratorIlp):
     def _take_in(self, env: GpuShareEnv, rates: dict[str, float]) -> None:
         measured = env.backend.observe()
         record_residuals(self.residuals, self.forecast_rps, measured)
-        self.bursts.record(measured)
+        self.bursts.record(measured_arrival_rates(measured))
         self.forecast_rps = dict(rates)
         logged = env.backend.arrival_times_s()
         self.planner.arrival_dispersion = measured_arrival_dispersion(logged, self.planner.arrival_dispersion)
@@ -399,7 +396,7 @@ class MigratorQueue(MigratorIlp):
         rates = self.shifts.rates(env, smoothed)
         self._take_in(env, rates)
         self.planner.value_model_error = self.value_error.record(env)
-        self.planner.slo_guards = {name: self.bursts.guard(name, smoothed[name]) for name in self.bursts.history}
+        self.planner.slo_guards = {name: self.bursts.guard(name, smoothed[name], self.planner.interval_s) for name in self.bursts.history}
         self.spread = forecast_spread(self.residuals)
         current = env.current
         answer = self._choose(env, rates, backlog, accuracy)
@@ -444,7 +441,6 @@ class MigratorQueueSlo(MigratorQueue):
 
     name = "migrator-queue-slo"
     slo_guard = True
-    held_lookahead = HELD_LOOKAHEAD
 
 
 class MigratorBurst(MigratorIlp):
@@ -648,39 +644,20 @@ class BurstRates:
     (docs/planner-bursts.md, stop 53).
     """
 
-    def __init__(self, names: list[str], lookahead: int, interval_s: float) -> None:
+    def __init__(self, names: list[str], lookahead: int) -> None:
         self.lookahead = lookahead
-        self.interval_s = interval_s
         self.history: dict[str, deque[float]] = {name: deque(maxlen=BURST_HISTORY_INTERVALS) for name in names}
-        #: Per tenant, (requests, late requests) of each interval it was active in, over the
-        #: last :data:`SLO_WINDOW_S`: its error budget's ledger.
-        self.ledger: dict[str, deque[tuple[float, float]]] = {name: deque(maxlen=max(1, round(SLO_WINDOW_S / interval_s))) for name in names}
 
-    def record(self, measured: Mapping[str, Mapping[str, float]]) -> None:
-        """Take in the last interval's measurements (``env.backend.observe()``): each
-        tenant's arrival rate, requests/s, and the fraction it answered on time."""
+    def record(self, measured_rps: Mapping[str, float]) -> None:
+        """Take in the last interval's measured arrival rates, requests/s."""
         for name, history in self.history.items():
-            m = measured.get(name, {})
-            if "arrival_rate_rps" not in m:
-                continue
-            history.append(float(m["arrival_rate_rps"]))
-            if m.get("active", 1.0) and "slo_attainment" in m:
-                requests = float(m["arrival_rate_rps"]) * self.interval_s
-                self.ledger[name].append((requests, (1.0 - float(m["slo_attainment"])) * requests))
+            if name in measured_rps:
+                history.append(float(measured_rps[name]))
 
-    def error_budget(self, name: str, smoothed_rps: float) -> float:
-        """Requests tenant ``name`` may still answer late over the last :data:`SLO_WINDOW_S`
-        before it misses :data:`HIGH_PRIORITY_SLO_TARGET`: the target's share of its requests
-        (measured, and for the part of the window not yet measured, ``smoothed_rps``'s) less
-        those it answered late."""
-        ledger = self.ledger[name]
-        requests = sum(r for r, _ in ledger) + (ledger.maxlen - len(ledger)) * self.interval_s * smoothed_rps
-        return (1.0 - HIGH_PRIORITY_SLO_TARGET) * requests - sum(late for _, late in ledger)
-
-    def guard(self, name: str, smoothed_rps: float) -> SloGuard:
+    def guard(self, name: str, smoothed_rps: float, interval_s: float) -> SloGuard:
         """The guard of tenant ``name`` whose smoothed rate is ``smoothed_rps``."""
         rates = np.array(self.history[name], dtype=float)
-        hold = max(1, round(SLO_HOLD_S / self.interval_s))
+        hold = max(1, round(SLO_HOLD_S / interval_s))
         peak = max(smoothed_rps, float(rates[-hold:].max()) if len(rates) else 0.0)
         ratios = [np.empty(0)]
         floor = BURST_BASE_FRACTION * float(rates.mean()) if len(rates) else 0.0
@@ -689,10 +666,9 @@ class BurstRates:
             keep = (start >= floor) & (start > 0.0)
             ratios.append(later[keep] / start[keep])
         measured = np.concatenate(ratios)
-        budget = self.error_budget(name, smoothed_rps)
         if len(rates) < hold or len(measured) < MIN_BURST_SAMPLES:
-            return SloGuard(HIGH_PRIORITY_SLO_TARGET, peak * PRIOR_BURST_RATIOS, np.full(len(PRIOR_BURST_RATIOS), 1.0 / len(PRIOR_BURST_RATIOS)), budget)
-        return SloGuard(HIGH_PRIORITY_SLO_TARGET, peak * np.quantile(measured, BURST_QUANTILES), BURST_PROBABILITIES, budget)
+            return SloGuard(HIGH_PRIORITY_SLO_TARGET, peak * PRIOR_BURST_RATIOS, np.full(len(PRIOR_BURST_RATIOS), 1.0 / len(PRIOR_BURST_RATIOS)))
+        return SloGuard(HIGH_PRIORITY_SLO_TARGET, peak * np.quantile(measured, BURST_QUANTILES), BURST_PROBABILITIES)
 
 
 class MeasuredValueError:

@@ -143,22 +143,14 @@ class SloGuard:
     a high-priority tenant's SLO for the others' Goodput; the guard makes the target a
     constraint the planner breaks only where no configuration meets it.
 
-    A restart of the tenant is charged the same way for the requests it leaves late (those
-    arriving while it is down and while its backlog drains), but only beyond its error
-    budget: the late requests the target still allows over the tenant's SLO window. So a
-    restart is made while the budget can pay for it, and not once it is spent.
-
     :param target: fraction of the tenant's requests to answer on time, e.g. 0.99
     :param rates_rps: rates the tenant may reach, requests/s
     :param probabilities: how likely each rate is (sums to 1)
-    :param error_budget: requests the tenant may still answer late before it misses the
-        target over its SLO window (inf: restarts are not charged)
     """
 
     target: float
     rates_rps: np.ndarray
     probabilities: np.ndarray
-    error_budget: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -541,21 +533,17 @@ class Planner:
         return self._background_value(tenant, profile, mps_pct, b, rates, accuracy, co_runners=co_runners), b
 
     def slo_guard_cost(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, horizon_s: float,
-                       co_runners: int | None = None) -> float:
+                       co_runners: int | None = None, rate_cv: Rates | None = None) -> float:
         """What its :class:`SloGuard` charges ``tenant`` for a placement in a GI of ``profile``
         at ``mps_pct`` and ``batch`` over ``horizon_s``: :data:`SLO_GUARD_PENALTY` x its
         priority weight x the requests predicted late beyond the target (0 for a tenant
-        without a guard).
-
-        Each of the guard's rates is valued steady: they are the spread of the tenant's rate
-        already, and the forecast's spread on top counted it twice (it held resnet in a 4g
-        where a 3g served its bursts on time, docs/planner-bursts.md, stop 54)."""
+        without a guard)."""
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant):
             return 0.0
         latency = self.latency_ms(tenant, profile, mps_pct, co_runners)
         requests = guard.rates_rps * guard.probabilities * horizon_s
-        on_time = self.on_time_table(tenant, guard.rates_rps, latency, [min(batch, tenant.max_batch)], 0.0)[0]
+        on_time = self.on_time_table(tenant, guard.rates_rps, latency, [min(batch, tenant.max_batch)], (rate_cv or {}).get(tenant.name, 0.0))[0]
         shortfall = max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
         return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * shortfall
 
@@ -566,9 +554,7 @@ class Planner:
         arrive then, plus ``reconfiguration_per_s`` per second; and, for an inference option
         whose ``drain`` (capacity, requests/s; SLO slack at the largest batch, s) is given,
         the requests arriving after the restart that are still late while the backlog it
-        left drains (:meth:`late_after_restart`), each losing its value and paying the penalty.
-        A tenant with an :class:`SloGuard` also pays the guard's charge for the requests
-        arriving while it is down or late while its backlog drains, beyond its error budget."""
+        left drains (:meth:`late_after_restart`), each losing its value and paying the penalty."""
         loss = goodput_terms(self.weights, tenant.priority.value, downtime_s=downtime_s).reconfiguration_cost
         per_window = value / len(rates)
         for k, r in enumerate(rates):
@@ -585,10 +571,6 @@ class Planner:
             late = self.late_after_restart(rate, downtime_s, drain[0], drain[1], horizon_s)
             penalty = -goodput_terms(self.weights, tenant.priority.value, violated=1.0).total
             loss += late * max(per_window / (rate * self.interval_s) + penalty, 0.0)
-            guard = self.slo_guards.get(tenant.name)
-            if guard is not None:
-                over_budget = max(rate * downtime_s + late - guard.error_budget, 0.0)
-                loss += SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * over_budget
         return loss
 
     @staticmethod
@@ -612,9 +594,8 @@ class Planner:
     def drain(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None) -> tuple[float, float] | None:
         """(capacity at ``batch``, requests/s; SLO slack left by a batch of ``batch``, s) of an
         inference option, the backlog model of :meth:`restart_loss`; None for a job, or when
-        the planner does not price the backlog: ``restart_backlog`` off and the tenant
-        without an :class:`SloGuard`."""
-        if not isinstance(tenant, InferenceTenant) or not (self.restart_backlog or tenant.name in self.slo_guards):
+        the planner does not price the backlog (``restart_backlog`` off)."""
+        if not isinstance(tenant, InferenceTenant) or not self.restart_backlog:
             return None
         b = min(batch, tenant.max_batch)
         latency_ms = float(self.latency_ms(tenant, profile, mps_pct, co_runners)[b - 1])
@@ -934,7 +915,7 @@ class Planner:
                                                          self.drain(t, profile, share, batch, count))
                             hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held, t.name, current)
                             if (share, count, batch) not in guard_costs:
-                                guard_costs[share, count, batch] = self.slo_guard_cost(t, profile, share, batch, horizon_s, count)
+                                guard_costs[share, count, batch] = self.slo_guard_cost(t, profile, share, batch, horizon_s, count, rate_cv)
                             guard = guard_costs[share, count, batch]
                             options.append(PlanOption(t.name, g, gi, share, batch, memory, value - guard, cost, hurdle, count))
         return options
@@ -1225,7 +1206,7 @@ class Planner:
                 value += values[t.name]
                 if mode == SharingMode.MPS:
                     value -= self.slo_guard_cost(t, gi.profile if gi else None, share, p.batch_size, self.interval_s * len(windows),
-                                                 self.sharing(configuration, t.name))
+                                                 self.sharing(configuration, t.name), rate_cv)
                 held = held_values.get(t.name)
                 c = self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), values[t.name], windows, self.memory_gib(t.name, p.batch_size),
                                           held if self.scenario.make_before_break else None,
