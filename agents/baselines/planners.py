@@ -151,8 +151,9 @@ class MigratorIlp(Policy):
     #: Once the running configuration has been held for n intervals and the plan keeps it,
     #: plan again over ``lookahead + n`` windows, up to this many (0: never); a change
     #: that only the longer plan makes is made if the simulated check over as many intervals
-    #: (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`) finds it gains; not in the
-    #: first ``MIN_HISTORY_INTERVALS`` intervals, before the check has rates to replay.
+    #: (:class:`~rlsched.simulator.lookahead.ReconfigurationCheck`) finds it gains and it
+    #: restarts a tenant; not in the first ``MIN_HISTORY_INTERVALS`` intervals, before the
+    #: check has rates to replay.
     held_lookahead: ClassVar[int] = 0
     #: Windows the usual plan looks ahead (restarts are amortised over them).
     lookahead: ClassVar[int] = MIGRATOR_LOOKAHEAD
