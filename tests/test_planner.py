@@ -725,16 +725,16 @@ def test_a_longer_plan_that_restarts_nothing_is_not_made(monkeypatch):
     policy.reset(env)
     policy.chosen, policy.held_intervals = env.current, 2
     batch = 8 if env.current.placements["resnet"].batch_size != 8 else 16
-    smaller_batch = _with_placement(env.current, "resnet", batch_size=batch)
-    assert policy.planner.restarted(smaller_batch, env.current) == []
+    other_batch = _with_placement(env.current, "resnet", batch_size=batch)
+    assert policy.planner.restarted(other_batch, env.current) == []
     usual = Held.lookahead
     monkeypatch.setattr(policy.planner, "plan", lambda windows, current, *args, **kwargs: Plan(
-        current if len(windows) == usual else smaller_batch, 0.0, 0.0, 0.0, 0.0, "kOptimal", 0, 0))
+        current if len(windows) == usual else other_batch, 0.0, 0.0, 0.0, 0.0, "kOptimal", 0, 0))
     monkeypatch.setattr(policy.check, "gain", lambda *args, **kwargs: 1.0)
     assert policy.act(None, env) == env.current
 
 
-def test_tenants_that_fit_only_at_smaller_batches_are_planned_at_them(tmp_path):
+def test_tenants_that_fit_only_at_other_batches_are_planned_at_them(tmp_path):
     """Two bert retraining jobs need 15.75 GB each at their usual batch (8) and one 24 GB A30
     holds only one: the MILP at the usual batches is infeasible, so the planner plans again
     with a column at every smaller batch instead of failing (found by random node shapes:
