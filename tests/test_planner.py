@@ -734,7 +734,7 @@ def test_a_longer_plan_that_restarts_nothing_is_not_made(monkeypatch):
     assert policy.act(None, env) == env.current
 
 
-def test_tenants_that_fit_only_at_other_batches_are_planned_at_them(tmp_path):
+def test_tenants_that_fit_only_at_smaller_batches_are_planned_at_them(tmp_path):
     """Two bert retraining jobs need 15.75 GB each at their usual batch (8) and one 24 GB A30
     holds only one: the MILP at the usual batches is infeasible, so the planner plans again
     with a column at every smaller batch instead of failing (found by random node shapes:
