@@ -47,12 +47,16 @@ def run(tmp_path_factory):
 
 # ---------------------------------------------------------------- config
 def test_shipped_training_configs_load():
+    from rlsched.agents.ppo.candidate_train import is_candidate_config, load_candidate_config
     from rlsched.agents.ppo.expert_train import is_expert_config, load_expert_config
     from rlsched.agents.rllib.config import RllibTrainConfig
 
     for path in (ROOT / "configs" / "train").glob("*.yaml"):
         if is_expert_config(path):  # hedge-ppo's own kind of config
             assert load_expert_config(path).total_timesteps > 0
+            continue
+        if is_candidate_config(path):  # candidate-ppo's own kind of config
+            assert load_candidate_config(path).total_timesteps > 0
             continue
         config = load_config(path, RllibTrainConfig if path.name.startswith("rllib_") else TrainConfig)
         # Training does something: PPO steps, or a warm start (the default ships one alone).

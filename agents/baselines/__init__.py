@@ -33,8 +33,12 @@ def make_policy(name: str) -> Policy:
         from rlsched.agents.expert_policy import HedgePpo
 
         return HedgePpo(name)
+    if name.startswith("candidate-ppo:") or name == "candidate-ppo":
+        from rlsched.agents.candidate_ppo import CandidatePpo
+
+        return CandidatePpo(name)
     if name not in POLICIES:
-        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, hedge-ppo:PATH, or all)")
+        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, hedge-ppo:PATH, candidate-ppo:PATH, or all)")
     return POLICIES[name]()
 
 

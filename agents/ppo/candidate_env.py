@@ -37,9 +37,10 @@ CANDIDATES = 12
 #: ``moved``: fraction of tenants whose placement changes.
 CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain_ewma", "gain_last", "gain_burst", "cost", "value", "rank", "moved")
 #: Once per observation: intervals since the last change (/ :data:`SINCE_CHANGE_SCALE`, capped
-#: at 1), the largest burst-to-EWMA rate ratio minus 1 (capped at :data:`FEATURE_LIMIT`), the
-#: high-priority tenants' SLO attainment last interval, and the episode's elapsed fraction.
-GLOBAL_FEATURES: tuple[str, ...] = ("since_change", "burst_ratio", "slo_attainment_high", "elapsed")
+#: at 1), the largest burst-to-EWMA rate ratio minus 1 (capped at :data:`FEATURE_LIMIT`), and the
+#: high-priority tenants' SLO attainment last interval. Nothing says how far an episode has
+#: run: a deployed node runs on, so the policy must not learn the end of a training episode.
+GLOBAL_FEATURES: tuple[str, ...] = ("since_change", "burst_ratio", "slo_attainment_high")
 #: Intervals of measured rates the burst forecast takes its maximum over.
 BURST_WINDOW = 6
 #: Intervals after which "since the last change" reads 1.
@@ -48,66 +49,53 @@ SINCE_CHANGE_SCALE = 30.0
 FEATURE_LIMIT = 10.0
 
 
-class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
-    """``rlsched/GpuShare-v0`` with a choice among whole configurations as its action.
+class CandidateObserver:
+    """What a candidate-choice policy sees and can choose, one decision at a time: the
+    candidate library of a node, its valuing under three forecasts, the offered slots and
+    their features. The training environment (:class:`CandidateChoiceEnv`) and the deployed
+    policy (:class:`~rlsched.agents.candidate_policy.CandidatePpo`) both observe through it, so
+    a trained network meets in deployment exactly the features it was trained on.
 
-    The reward is the interval's Goodput objective divided by the node's requests per
-    interval at its mean rates (:attr:`reward_scale`), so returns are comparable across nodes.
-
-    :param env: the environment to decide for (any scenario, node shape and GPU type)
-    :param keep_library: keep the candidate library (and the planner's caches) from one
-        episode to the next, as training does; False starts each episode from the seed library,
-        so that an episode does not depend on the ones before it (evaluation)
+    :param env: the node (any scenario, node shape and GPU type), already reset
+    :param library: a library to go on with (training keeps one across episodes of one node);
+        None seeds a new one
     """
 
-    metadata = {"render_modes": []}
-
-    def __init__(self, env: GpuShareEnv, keep_library: bool = False) -> None:
+    def __init__(self, env: GpuShareEnv, library: CandidateLibrary | None = None) -> None:
         self.env = env
-        self.keep_library = keep_library
-        self.library: CandidateLibrary | None = None
-        self.candidate_count = CANDIDATES
-        size = CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES)
-        self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(CANDIDATES)
+        if library is None:
+            planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
+            library = CandidateLibrary(env, planner)
+            library.seed(MIGRATOR_LOOKAHEAD)
+        self.library = library
+        self.planner = library.planner
         interval_s = env.scenario.decision_interval_s
         requests = sum(t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()) * interval_s
         #: Requests per interval at the mean rates (>= 1): the unit of rewards and Goodput features.
         self.reward_scale = max(requests, 1.0)
+        self.history: deque[dict[str, float]] = deque(maxlen=BURST_WINDOW)
+        self.since_change = 0
+        self.last_configuration: Configuration | None = env.current
         self.scored: ScoredCandidates | None = None
         self.offered: list[int] = []
 
-    # ------------------------------------------------------------------ gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.env.reset(seed=seed, options=options)
-        if self.library is None or not self.keep_library:
-            self.planner = Planner(self.env.scenario, self.env.backend.perf_model, self.env.backend.memory_gib)
-            self.library = CandidateLibrary(self.env, self.planner)
-            self.library.seed(MIGRATOR_LOOKAHEAD)
-        self.history: deque[dict[str, float]] = deque(maxlen=BURST_WINDOW)
-        self.since_change = 0
-        self.last_info: dict[str, Any] = {}
-        if self.env.current is None:  # nothing deployed yet: the planner's first configuration
-            rates, backlog, accuracy = observed_load(self.env)
-            self.env.step_configuration(self.planner.plan(self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog), None, accuracy).configuration)
-        return self._observe(), {}
-
-    def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        index = int(action)
-        if not 0 <= index < len(self.offered):
-            index = 0  # a masked slot: keep (MaskablePPO never picks one; a plain policy may)
-        assert self.scored is not None
-        chosen = self.scored.configurations[self.offered[index]]
-        previous = self.env.current
-        _, reward, terminated, truncated, info = self.env.step_configuration(chosen)
-        self.since_change = 0 if info["configuration"] != previous else self.since_change + 1
-        self.last_info = info
-        return self._observe(), float(reward) / self.reward_scale, terminated, truncated, info
+    def first_configuration(self) -> Configuration:
+        """The planner's configuration for the node's first interval (nothing is deployed yet);
+        its load joins the library as ``planner-library``'s first decision does."""
+        rates, backlog, accuracy = observed_load(self.env)
+        windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
+        self.library.request(windows)
+        return self.planner.plan(windows, None, accuracy).configuration
 
     def action_masks(self) -> np.ndarray:
         """True for the slots that hold a candidate."""
         return np.arange(CANDIDATES) < len(self.offered)
+
+    def configuration(self, slot: int) -> Configuration:
+        """The configuration in ``slot``; a masked or unknown slot keeps the running one."""
+        assert self.scored is not None
+        index = self.offered[slot] if 0 <= slot < len(self.offered) else 0
+        return self.scored.configurations[index]
 
     def planner_choice(self) -> int:
         """The slot the library planner would choose (the largest objective at the EWMA forecast)."""
@@ -115,9 +103,12 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         objective = self.scored.objective
         return int(np.argmax([objective[i] for i in self.offered]))
 
-    # ------------------------------------------------------------------ internals
-    def _observe(self) -> np.ndarray:
+    def observe(self) -> np.ndarray:
+        """Value the candidates at the node's current state; the observation (see the module docstring)."""
         env = self.env
+        assert env.current is not None, "nothing deployed yet: apply first_configuration() first"
+        self.since_change = 0 if env.current != self.last_configuration else self.since_change + 1
+        self.last_configuration = env.current
         self.library.refresh()
         rates, backlog, accuracy = observed_load(env)
         measured = env.backend.observe()
@@ -126,7 +117,6 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         burst = {n: max(h[n] for h in self.history) for n in rates}
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         self.library.request(windows)
-        assert env.current is not None
         self.scored = self.library.score(windows, env.current, accuracy)
         at_last = self.library.score(self.planner.forecast([last] * MIGRATOR_LOOKAHEAD, backlog), env.current, accuracy)
         at_burst = self.library.score(self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog), env.current, accuracy)
@@ -144,8 +134,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         high = [t.name for t in env.scenario.inference_tenants() if t.priority == Priority.HIGH]
         attainment = min((float(measured.get(n, {}).get("slo_attainment", 1.0)) for n in high), default=1.0)
         burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
-        elapsed = (env.last_step.t_end_s if env.last_step else 0.0) / env.scenario.duration_s
-        glob = np.array([min(self.since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment, elapsed])
+        glob = np.array([min(self.since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment])
         observation = np.concatenate([rows.ravel(), glob])
         return np.clip(np.nan_to_num(observation), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)
 
@@ -167,3 +156,67 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         changed = sum(config.placements.get(n) != current.placements[n] or
                       config.layouts[current.placements[n].gpu_index] != current.layouts[current.placements[n].gpu_index] for n in names)
         return changed / max(len(names), 1)
+
+
+class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
+    """``rlsched/GpuShare-v0`` with a choice among whole configurations as its action.
+
+    The reward is the interval's Goodput objective divided by the node's requests per
+    interval at its mean rates (:attr:`reward_scale`), so returns are comparable across nodes.
+
+    :param env: the environment to decide for (any scenario, node shape and GPU type)
+    :param keep_library: keep the candidate library (and the planner's caches) from one
+        episode to the next, as training does; False starts each episode from the seed library,
+        so that an episode does not depend on the ones before it (evaluation)
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, env: GpuShareEnv, keep_library: bool = False) -> None:
+        self.env = env
+        self.keep_library = keep_library
+        self.observer: CandidateObserver | None = None
+        size = CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES)
+        self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(CANDIDATES)
+
+    @property
+    def library(self) -> CandidateLibrary | None:
+        """The candidate library of the running episode (None before the first reset)."""
+        return self.observer.library if self.observer else None
+
+    @property
+    def offered(self) -> list[int]:
+        """Library indices of the offered slots."""
+        return self.observer.offered if self.observer else []
+
+    @property
+    def reward_scale(self) -> float:
+        """Requests per interval at the node's mean rates: the unit of rewards."""
+        assert self.observer is not None
+        return self.observer.reward_scale
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.env.reset(seed=seed, options=options)
+        self.observer = CandidateObserver(self.env, self.library if self.keep_library else None)
+        if self.env.current is None:  # nothing deployed yet: the planner's first configuration
+            self.env.step_configuration(self.observer.first_configuration())
+        return self.observer.observe(), {}
+
+    def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert self.observer is not None
+        # a masked slot keeps the running configuration (MaskablePPO never picks one; a plain policy may)
+        _, reward, terminated, truncated, info = self.env.step_configuration(self.observer.configuration(int(action)))
+        return self.observer.observe(), float(reward) / self.reward_scale, terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """True for the slots that hold a candidate."""
+        assert self.observer is not None
+        return self.observer.action_masks()
+
+    def planner_choice(self) -> int:
+        """The slot the library planner would choose (the largest objective at the EWMA forecast)."""
+        assert self.observer is not None
+        return self.observer.planner_choice()

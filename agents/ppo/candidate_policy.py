@@ -112,8 +112,9 @@ class CandidateScorerPolicy(MaskableActorCriticPolicy):
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
-        with torch.no_grad():  # the residual starts near zero: the warm start is the prior's choice
-            self.mlp_extractor.score.weight.mul_(0.01)
+        with torch.no_grad():  # the residual starts at zero: the warm start is exactly the prior's choice
+            # (a residual of 0.01 nats flipped near-ties between the planner's candidates)
+            self.mlp_extractor.score.weight.zero_()
             self.mlp_extractor.score.bias.zero_()
         self.action_net = nn.Identity()
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]

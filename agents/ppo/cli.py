@@ -19,7 +19,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         from rlsched.errors import ConfigError
 
         raise ConfigError("--address", "--address", args.address, "only the RLlib engine runs on a Ray cluster (--engine rllib)")
+    from rlsched.agents.ppo.candidate_train import is_candidate_config, train_candidate_choice
     from rlsched.agents.ppo.expert_train import POLICY_FILE, is_expert_config, train_expert_choice
+
+    if args.config is not None and is_candidate_config(args.config):  # candidate-ppo: the configuration choice
+        if args.resume:
+            from rlsched.errors import ConfigError
+
+            raise ConfigError("--resume", "--resume", True, "a candidate-choice run is not resumable: start it again")
+        run_dir = train_candidate_choice(args.config, args.out)
+        print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE} (use it as --policies candidate-ppo:{run_dir})")
+        return 0
 
     if args.config is not None and is_expert_config(args.config):  # hedge-ppo: the expert choice
         if args.resume:

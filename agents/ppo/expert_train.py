@@ -350,8 +350,10 @@ def export_scorer(policy: Any, path: Path, metadata: dict[str, str]) -> None:
     write_bytes_atomically(path, graph.SerializeToString())
 
 
-def plot_curve(curve: list[tuple[int, float]], planner: np.ndarray, fixed_best: np.ndarray, rule: np.ndarray, path: Path, logger: Any) -> None:
-    """Validation Goodput (x the rule, the warm start) against PPO steps, with the planner's and
+def plot_curve(curve: list[tuple[int, float]], planner: np.ndarray, fixed_best: np.ndarray, rule: np.ndarray, path: Path, logger: Any,
+               policy_label: str = "hedge-ppo (validation)", warm_label: str = "warm start (the hand-built rule)",
+               ylabel: str = "Goodput, x the warm start (surrogate)") -> None:
+    """Validation Goodput (x ``rule``, the warm start's) against PPO steps, with the planner's and
     the best fixed layout's lines; saved as PNG and logged to TensorBoard."""
     import matplotlib
 
@@ -361,12 +363,12 @@ def plot_curve(curve: list[tuple[int, float]], planner: np.ndarray, fixed_best: 
 
     steps, ratio = zip(*curve, strict=True) if curve else ((), ())
     figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(steps, ratio, marker="o", label="hedge-ppo (validation)")
-    axes.axhline(1.0, color="gray", linestyle="--", label="warm start (the hand-built rule)")
+    axes.plot(steps, ratio, marker="o", label=policy_label)
+    axes.axhline(1.0, color="gray", linestyle="--", label=warm_label)
     axes.axhline(float(np.mean(planner / rule)), color="tab:red", linestyle=":", label="planner (migrator-ilp)")
     axes.axhline(float(np.mean(fixed_best / rule)), color="tab:green", linestyle="-.", label="best fixed layout (hindsight)")
     axes.set_xlabel("PPO steps")
-    axes.set_ylabel("Goodput, x the warm start (surrogate)")
+    axes.set_ylabel(ylabel)
     axes.legend(fontsize=8)
     figure.tight_layout()
     buffer = io.BytesIO()

@@ -1,0 +1,92 @@
+"""``candidate-ppo``: a trained network chooses the node's configuration among candidates.
+
+Every interval the node's :class:`~rlsched.agents.ppo.candidate_env.CandidateObserver` values
+the running configuration and the candidate library (the planner's own solutions) under three
+forecasts and offers up to :data:`~rlsched.agents.ppo.candidate_env.CANDIDATES` of them; the
+network of a candidate-choice policy file (``rlsched train --config
+configs/train/candidate_ppo.yaml``) scores the offered slots with shared weights and the node
+applies the best-scored one. The observation holds only ratios and fractions, so one file runs
+on any node: any number of GPUs and tenants, any MIG-capable GPU type.
+
+No simulation and no MILP solve runs on the decision path: a load the library has no solution
+for asks the planner for one, which joins the library at the next decision (the solve is
+counted apart in the episode report: ``library_solves``, ``library_solve_ms``).
+
+Spec: ``candidate-ppo:PATH`` (an .onnx file, or a training run folder's ``policy.onnx``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rlsched.agents.baselines.base import Policy
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, CandidateObserver
+from rlsched.decision import Configuration
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.errors import ConfigError
+
+#: Metadata keys of a candidate-choice policy file (written by :mod:`rlsched.agents.ppo.candidate_train`).
+KIND_KEY, STEPS_KEY = "kind", "num_timesteps"
+CANDIDATE_CHOICE_KIND = "candidate-ppo"
+
+
+def resolve_candidate_policy(spec: str) -> Path:
+    """``candidate-ppo:FILE.onnx`` or ``candidate-ppo:RUN_DIR`` -> that file."""
+    prefix, colon, rest = spec.partition(":")
+    if prefix != CANDIDATE_CHOICE_KIND or not colon or not rest:
+        raise ConfigError("--policies", "policy", spec, "expected candidate-ppo:PATH (an .onnx file or a training run folder; "
+                          "rlsched train --config configs/train/candidate_ppo.yaml --out runs/NAME makes one)")
+    path = Path(rest) / "policy.onnx" if Path(rest).is_dir() else Path(rest)
+    if not path.exists():
+        raise ConfigError("--policies", spec, str(path), "no such candidate-choice policy file")
+    return path
+
+
+class CandidatePpo(Policy):
+    """A candidate-choice network deciding every interval (see the module docstring).
+
+    ``report`` counts ``planner_disagreements`` (decisions where the network chose other than
+    the library planner would have), the library's solves and their time, and the file's PPO steps.
+    """
+
+    name = CANDIDATE_CHOICE_KIND
+
+    def __init__(self, spec: str) -> None:
+        import onnxruntime
+
+        self.path = resolve_candidate_policy(spec)
+        try:
+            self.session = onnxruntime.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime raises its own exception types
+            raise ConfigError(self.path, "file", str(self.path), f"not a loadable ONNX policy ({error})") from None
+        meta = self.session.get_modelmeta().custom_metadata_map
+        if meta.get(KIND_KEY) != CANDIDATE_CHOICE_KIND:
+            raise ConfigError(self.path, KIND_KEY, meta.get(KIND_KEY), f"not a candidate-choice policy (expected {CANDIDATE_CHOICE_KIND})")
+        expected = CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES)
+        width = self.session.get_inputs()[0].shape[1]
+        if width != expected:
+            raise ConfigError(self.path, "observation", width, f"the policy's observation has {width} features, this rlsched builds {expected}")
+        try:
+            self.num_timesteps = int(json.loads(meta.get(STEPS_KEY, "")))
+        except (ValueError, TypeError):
+            raise ConfigError(self.path, STEPS_KEY, meta.get(STEPS_KEY), "missing or not an integer") from None
+
+    def reset(self, env: GpuShareEnv) -> None:
+        self.observer = CandidateObserver(env)
+        self.report = {"planner_disagreements": 0, "library_solves": self.observer.library.solves,
+                       "library_solve_ms": self.observer.library.solve_ms, "ppo_steps": self.num_timesteps}
+
+    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
+        if env.current is None:
+            return self.observer.first_configuration()
+        observed = self.observer.observe()
+        mask = self.observer.action_masks()[None, :]
+        slot = int(self.session.run(["action"], {"observation": observed[None, :], "action_mask": mask})[0][0])
+        self.report["planner_disagreements"] += slot != self.observer.planner_choice()
+        self.report["library_solves"] = self.observer.library.solves
+        self.report["library_solve_ms"] = self.observer.library.solve_ms
+        return self.observer.configuration(slot)
+

@@ -1,0 +1,271 @@
+"""Training ``candidate-ppo``: MaskablePPO on which candidate configuration a node applies (``rlsched train``).
+
+A config with a ``candidate_choice:`` section (``configs/train/candidate_ppo.yaml``) runs here:
+
+1. one :class:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv` per training scenario
+   (node shapes, GPU types and traffic differ; the observation does not), each keeping its
+   candidate library across episodes; every episode starts on a scenario drawn at random
+   (:class:`ScenarioMixEnv`), ``n_envs`` of them stepped in parallel processes;
+2. MaskablePPO with :class:`~rlsched.agents.ppo.candidate_policy.CandidateScorerPolicy`: its
+   prior is the planner's predicted gain, so before any update the deterministic policy is the
+   library planner (``planner-library``), and PPO learns a residual;
+3. before training, the validation episodes (the training scenarios at seeds not trained on)
+   are run with ``migrator-ilp`` and ``static-best`` (the learning curve's reference lines);
+   every ``eval_freq`` steps the deterministic policy runs them on the request-level
+   simulator, the figures go to TensorBoard and the best model is kept (step 0 is the warm
+   start, exported as ``<run>/warm_start.onnx`` for the ablation);
+4. the best model is exported to ``<run>/policy.onnx`` with its metadata (PPO steps, training
+   scenarios, the config), and the learning curve is drawn (``<run>/learning_curve.png``,
+   also in TensorBoard).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import yaml
+
+from rlsched.agents.ppo.config import PpoConfig, _section, plain_values, read_yaml_config
+from rlsched.agents.ppo.expert_train import CONFIG_KEY, POLICY_FILE, STEPS_KEY, WARM_START_FILE, export_scorer, plot_curve
+from rlsched.errors import ConfigError
+from rlsched.fileio import write_text_atomically
+
+#: Seeds of the training episodes are drawn below this (validation seeds must not be).
+TRAINING_SEED_RANGE = 1_000_000
+
+
+@dataclass
+class CandidateChoiceConfig:
+    """What ``candidate-ppo`` is trained on and how (the ``candidate_choice:`` section)."""
+
+    scenarios: tuple[str, ...] = ("default",)
+    """training scenarios: bundled names or YAML paths, each optionally followed by
+    ``@TENANT=TRACE[:SCALE[:WARP]]`` trace overrides; none may be a held-out one"""
+    validation_seeds: tuple[int, ...] = (1_000_003,)
+    """episodes per training scenario the periodic validation runs on (at or above
+    :data:`TRAINING_SEED_RANGE`, so never trained on)"""
+    prior_weight: float = 20.0
+    """weight of the planner's predicted gain in each slot's score (fixed: PPO moves the policy
+    through the per-slot residual only, state by state)"""
+    hidden: int = 64
+    """width of the scorer's per-slot MLP and of its critic"""
+
+
+@dataclass
+class CandidateTrainConfig:
+    """One ``candidate-ppo`` training run (``rlsched train --config FILE``)."""
+
+    candidate_choice: CandidateChoiceConfig = field(default_factory=CandidateChoiceConfig)
+    """the training scenarios and the policy's shape"""
+    total_timesteps: int = 50_000
+    """PPO steps, all environments together"""
+    n_envs: int = 2
+    """environments stepped in parallel, one process each (1: in this process)"""
+    seed: int = 0
+    """seeds the model and the environments"""
+    eval_freq: int = 10_000
+    """validate every this many steps"""
+    progress_bar: bool = True
+    """show progress bars"""
+    ppo: PpoConfig = field(default_factory=PpoConfig)
+    """MaskablePPO hyper-parameters (``net_arch`` and ``activation`` are not used: the scorer's shape is ``candidate_choice.hidden``)"""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (tuples as lists) for YAML and the policy's metadata."""
+        return plain_values(dataclasses.asdict(self))
+
+
+def is_candidate_config(path: str | Path) -> bool:
+    """True when the training config at ``path`` is a ``candidate-ppo`` one (has ``candidate_choice:``)."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(raw, dict) and "candidate_choice" in raw
+
+
+def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
+    """Read and check a ``candidate-ppo`` training config (errors name the file, field and value)."""
+    from rlsched.agents.experts import scenario_of
+
+    path = Path(path)
+    config: CandidateTrainConfig = _section(str(path), "", CandidateTrainConfig, read_yaml_config(path))
+    for name in ("total_timesteps", "n_envs", "eval_freq"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(path, name, getattr(config, name), "must be > 0")
+    choice = config.candidate_choice
+    if not choice.scenarios:
+        raise ConfigError(path, "candidate_choice.scenarios", [], "name at least one training scenario")
+    low = [s for s in choice.validation_seeds if s < TRAINING_SEED_RANGE]
+    if not choice.validation_seeds or low:
+        raise ConfigError(path, "candidate_choice.validation_seeds", list(choice.validation_seeds),
+                          f"name at least one, each >= {TRAINING_SEED_RANGE} (training episodes draw their seeds below it)")
+    if choice.prior_weight <= 0:
+        raise ConfigError(path, "candidate_choice.prior_weight", choice.prior_weight, "must be > 0 (the warm start is the planner's choice)")
+    if config.ppo.batch_size > config.ppo.n_steps * config.n_envs:
+        raise ConfigError(path, "ppo.batch_size", config.ppo.batch_size, f"must be <= n_steps x n_envs = {config.ppo.n_steps * config.n_envs}")
+    for spec in choice.scenarios:
+        scenario_of(spec, f"{path}: candidate_choice.scenarios")  # bad scenarios and traces fail before any work
+    return config
+
+
+class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
+    """Several candidate-choice environments behind one: each episode runs on one of them,
+    drawn at random. Their observation and action spaces are the same whatever the node."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, specs: tuple[str, ...]) -> None:
+        from rlsched.agents.experts import scenario_of
+        from rlsched.agents.ppo.candidate_env import CandidateChoiceEnv
+        from rlsched.envs.gpushare import GpuShareEnv
+
+        self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True) for spec in specs]
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        self.active = self.envs[0]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.active = self.envs[int(self.np_random.integers(len(self.envs)))]
+        return self.active.reset(seed=int(self.np_random.integers(TRAINING_SEED_RANGE)), options=options)
+
+    def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, _ = self.active.step(action)
+        return observation, reward, terminated, truncated, {}  # the step's info stays here: nothing reads it
+
+    def action_masks(self) -> np.ndarray:
+        """The running episode's masks."""
+        return self.active.action_masks()
+
+
+def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: str, progress: bool) -> np.ndarray:
+    """Goodput of each validation episode (scenario x seed, request-equivalents) choosing with
+    ``choose(env, observation) -> slot`` on the request-level simulator, each from the seed library."""
+    from tqdm import tqdm
+
+    from rlsched.agents.experts import scenario_of
+    from rlsched.agents.ppo.candidate_env import CandidateChoiceEnv
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    earned = []
+    for spec, seed in tqdm([(s, k) for s in specs for k in seeds], desc=desc, unit="episode", disable=not progress, leave=False):
+        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")))
+        observation, _ = env.reset(seed=seed)
+        truncated = terminated = False
+        while not (truncated or terminated):
+            observation, _, terminated, truncated, _ = env.step(choose(env, observation))
+        earned.append(env.env.objective)
+    return np.array(earned)
+
+
+def reference_goodput(specs: tuple[str, ...], seeds: tuple[int, ...], policy: str, progress: bool) -> np.ndarray:
+    """Goodput of ``policy`` on each validation episode (the learning curve's reference lines)."""
+    from tqdm import tqdm
+
+    from rlsched.agents.evaluation import run_episode
+    from rlsched.agents.experts import scenario_of
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    jobs = [(s, k) for s in specs for k in seeds]
+    return np.array([run_episode(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), policy, seed).goodput
+                     for spec, seed in tqdm(jobs, desc=f"validation episodes, {policy}", unit="episode", disable=not progress, leave=False)])
+
+
+def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
+    """Run the whole pipeline of the module docstring; returns the run folder."""
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, KIND_KEY
+    from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
+
+    config = load_candidate_config(config_path)
+    run = Path(out)
+    run.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(run / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+    choice = config.candidate_choice
+    specs, seeds, progress = choice.scenarios, choice.validation_seeds, config.progress_bar
+    planner = reference_goodput(specs, seeds, "migrator-ilp", progress)
+    fixed_best = reference_goodput(specs, seeds, "static-best", progress)
+
+    torch.manual_seed(config.seed)
+    factories = [lambda: Monitor(ScenarioMixEnv(specs)) for _ in range(config.n_envs)]
+    venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
+    venv.seed(config.seed)
+    p = config.ppo
+    model = MaskablePPO(CandidateScorerPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
+                        n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef,
+                        vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=config.seed, device="cpu", tensorboard_log=str(run / "tb"),
+                        # A learnable weight would let PPO move every state at once toward or away from the planner.
+                        policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False})
+    metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs))}
+    curve: list[tuple[int, float]] = []
+    warm: list[np.ndarray] = []
+
+    def learned(env: Any, observation: np.ndarray) -> int:
+        action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
+        return int(action)
+
+    class Validation(BaseCallback):
+        """Validates every ``eval_freq`` steps, logs, keeps the best model."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.best = -np.inf
+            self.next_at = 0
+            self.started = time.perf_counter()
+
+        def _evaluate(self) -> None:
+            earned = validate(specs, seeds, learned, f"validation at {self.num_timesteps} steps", progress)
+            if not warm:
+                warm.append(earned)
+            ratio = float(np.mean(earned / warm[0]))
+            curve.append((self.num_timesteps, ratio))
+            self.logger.record("validation/x_warm_start", ratio)
+            self.logger.record("validation/x_planner", float(np.mean(earned / planner)))
+            self.logger.record("validation/x_static_best", float(np.mean(earned / fixed_best)))
+            self.logger.record("perf/steps_per_s", self.num_timesteps / max(time.perf_counter() - self.started, 1e-9))
+            self.logger.dump(self.num_timesteps)
+            if ratio > self.best:
+                self.best = ratio
+                self.model.save(run / "best_model")
+                write_text_atomically(run / "best.json", json.dumps({"num_timesteps": self.num_timesteps, "x_warm_start": ratio}) + "\n")
+
+        def _on_training_start(self) -> None:
+            export_scorer(self.model.policy, run / WARM_START_FILE, {**metadata, STEPS_KEY: "0"})
+            self.started = time.perf_counter()
+            self._evaluate()  # the warm start: the library planner itself (up to ties)
+            self.next_at = config.eval_freq
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_at:
+                self._evaluate()
+                self.next_at += config.eval_freq
+            return True
+
+    started = time.perf_counter()
+    model.learn(config.total_timesteps, callback=Validation(), progress_bar=progress)
+    seconds = time.perf_counter() - started
+    venv.close()
+    model.save(run / "final_model")
+    best = MaskablePPO.load(run / "best_model", device="cpu")
+    steps = json.loads((run / "best.json").read_text())["num_timesteps"]
+    export_scorer(best.policy, run / POLICY_FILE, {**metadata, STEPS_KEY: str(steps)})
+    summary = {"train_seconds": seconds, "steps_per_s": config.total_timesteps / seconds, "best_num_timesteps": steps, "curve": curve,
+               "validation": {"episodes": [f"{s} seed {k}" for s in specs for k in seeds], "warm_start": warm[0].tolist(),
+                              "migrator-ilp": planner.tolist(), "static-best": fixed_best.tolist()}}
+    write_text_atomically(run / "summary.json", json.dumps(summary, indent=2) + "\n")
+    plot_curve(curve, planner, fixed_best, warm[0], run / "learning_curve.png", model.logger, policy_label="candidate-ppo (validation)",
+               warm_label="warm start (the library planner)", ylabel="Goodput, x the warm start (request-level simulator)")
+    return run

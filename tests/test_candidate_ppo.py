@@ -1,0 +1,116 @@
+"""``candidate-ppo``: the candidate-choice policy file, deployed on any node, and its training pipeline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rlsched.agents.baselines import apply, make_policy
+from rlsched.agents.evaluation import run_episode
+from rlsched.envs.gpushare import GpuShareEnv
+from rlsched.errors import ConfigError
+
+DATA = Path(__file__).parent / "data"
+TINY = str(DATA / "env_tiny.yaml")
+TWO_GPUS = str(DATA / "env_tiny_two_gpus.yaml")
+
+
+def write_config(path: Path, **overrides: object) -> Path:
+    config = {"candidate_choice": {"scenarios": [TINY, TWO_GPUS], "validation_seeds": [1_000_003], "prior_weight": 50.0},
+              "total_timesteps": 24, "n_envs": 1, "eval_freq": 12, "progress_bar": False,
+              "ppo": {"n_steps": 12, "batch_size": 12, "n_epochs": 1}}
+    config.update(overrides)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """One training run on the two tiny nodes (PPO updates, validation, exports), shared by the tests that read it."""
+    from rlsched.agents.ppo.candidate_train import train_candidate_choice
+
+    tmp = tmp_path_factory.mktemp("candidate")
+    return train_candidate_choice(write_config(tmp / "candidate.yaml"), tmp / "run")
+
+
+def test_training_writes_both_policies_the_curve_and_the_references(run):
+    import onnx
+
+    for name in ("policy.onnx", "warm_start.onnx", "learning_curve.png", "summary.json", "config.yaml"):
+        assert (run / name).exists(), name
+    assert list((run / "tb").rglob("events.out.tfevents.*"))
+    warm = {p.key: p.value for p in onnx.load(str(run / "warm_start.onnx")).metadata_props}
+    best = {p.key: p.value for p in onnx.load(str(run / "policy.onnx")).metadata_props}
+    summary = json.loads((run / "summary.json").read_text())
+    assert warm["kind"] == best["kind"] == "candidate-ppo" and warm["num_timesteps"] == "0"
+    assert int(best["num_timesteps"]) == summary["best_num_timesteps"] in (0, 12, 24)
+    assert json.loads(best["training_scenarios"]) == [TINY, TWO_GPUS]
+    assert [step for step, _ in summary["curve"]] == [0, 12, 24] and summary["curve"][0][1] == 1.0
+    assert len(summary["validation"]["migrator-ilp"]) == len(summary["validation"]["static-best"]) == 2
+
+
+def test_the_warm_start_is_the_library_planner_on_two_node_shapes(run):
+    """Before any PPO update the network chooses what ``planner-library`` applies, on a
+    one-GPU and a two-GPU node, from the same file."""
+    for scenario in (TINY, TWO_GPUS):
+        warm = run_episode(GpuShareEnv(scenario), f"candidate-ppo:{run / 'warm_start.onnx'}", seed=7)
+        library = run_episode(GpuShareEnv(scenario), "planner-library", seed=7)
+        assert warm.configurations == library.configurations and warm.goodput == library.goodput
+        assert warm.report["planner_disagreements"] == 0 and warm.report["ppo_steps"] == 0
+
+
+def test_the_policy_decides_without_solving_once_the_library_knows_the_load(run):
+    env = GpuShareEnv(TINY)
+    policy = make_policy(f"candidate-ppo:{run}")
+    observation, _ = env.reset(seed=0)
+    policy.reset(env)
+    solves = []
+    truncated = False
+    while not truncated:
+        observation, _, _, truncated, _ = apply(env, policy.act(observation, env))
+        solves.append(policy.report["library_solves"])
+    assert solves[-1] - solves[0] <= len(solves)  # at most one solve per new load bin, never more
+    assert np.all(np.diff(solves) >= 0)
+
+
+def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
+    import onnx
+
+    bad = tmp_path / "other.onnx"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(ConfigError, match="other.onnx"):
+        make_policy(f"candidate-ppo:{bad}")
+    with pytest.raises(ConfigError, match="no such"):
+        make_policy(f"candidate-ppo:{tmp_path / 'missing.onnx'}")
+    with pytest.raises(ConfigError, match="rlsched train --config configs/train/candidate_ppo.yaml"):
+        make_policy("candidate-ppo")
+    relabelled = onnx.load(str(run / "policy.onnx"))
+    for prop in relabelled.metadata_props:
+        if prop.key == "kind":
+            prop.value = "hedge-ppo"
+    onnx.save(relabelled, str(tmp_path / "hedge.onnx"))
+    with pytest.raises(ConfigError, match="not a candidate-choice policy"):
+        make_policy(f"candidate-ppo:{tmp_path / 'hedge.onnx'}")
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ({"total_timesteps": 0}, "total_timesteps"),
+    ({"candidate_choice": {"scenarios": [TINY], "validation_seeds": [3]}}, "candidate_choice.validation_seeds"),
+    ({"candidate_choice": {"scenarios": [TINY], "prior_weight": 0.0}}, "candidate_choice.prior_weight"),
+    ({"candidate_choice": {"scenarios": []}}, "candidate_choice.scenarios"),
+    ({"candidate_choice": {"scenarios": ["no-such-scenario"]}}, "no-such-scenario"),
+    ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
+])
+def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, field):
+    from rlsched.agents.ppo.candidate_train import is_candidate_config, load_candidate_config
+
+    path = write_config(tmp_path / "bad.yaml", **override)
+    assert is_candidate_config(path)
+    with pytest.raises(ConfigError) as error:
+        load_candidate_config(path)
+    assert field in str(error.value)
+    assert "bad.yaml" in str(error.value) or field == "no-such-scenario"
