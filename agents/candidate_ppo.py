@@ -9,8 +9,10 @@ applies the best-scored one. The observation holds only ratios and fractions, so
 on any node: any number of GPUs and tenants, any MIG-capable GPU type.
 
 No simulation and no MILP solve runs on the decision path: a load the library has no solution
-for asks the planner for one, which joins the library at the next decision (the solve is
-counted apart in the episode report: ``library_solves``, ``library_solve_ms``).
+for asks the planner for one, which joins the library at a later decision. In ``rlsched
+eval`` the solve runs at once, so that episodes replay (the report counts it apart:
+``library_solves``, ``library_solve_ms``); in the daemon (:attr:`CandidatePpo.background_solves`)
+on a worker thread, and the decision never waits for it.
 
 Spec: ``candidate-ppo:PATH`` (an .onnx file, or a training run folder's ``policy.onnx``).
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsched.agents.baselines.base import Policy
+from rlsched.agents.candidates import CandidateLibrary
 from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, CandidateObserver
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
@@ -53,6 +56,8 @@ class CandidatePpo(Policy):
     """
 
     name = CANDIDATE_CHOICE_KIND
+    #: Solve new loads beside the decision loop (the daemon sets it; see the module docstring).
+    background_solves = False
 
     def __init__(self, spec: str) -> None:
         import onnxruntime
@@ -75,9 +80,14 @@ class CandidatePpo(Policy):
             raise ConfigError(self.path, STEPS_KEY, meta.get(STEPS_KEY), "missing or not an integer") from None
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.observer = CandidateObserver(env)
+        self.observer = CandidateObserver(env, background_solves=self.background_solves)
         self.report = {"planner_disagreements": 0, "library_solves": self.observer.library.solves,
                        "library_solve_ms": self.observer.library.solve_ms, "ppo_steps": self.num_timesteps}
+
+    @property
+    def library(self) -> CandidateLibrary:
+        """The node's candidate library (its solves are counted apart from the decision)."""
+        return self.observer.library
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         if env.current is None:

@@ -15,9 +15,13 @@ Where the library comes from:
   :data:`SINGLE_TENANT_RATE_SCALES` (the others at their means): the loads a node of this
   shape is likely to see, whatever its traffic;
 - while running, a forecast whose rates fall in a bin (:data:`FORECAST_BIN_RATIO`) no
-  solution was made for asks the planner for one; it joins the library at the next decision,
-  as a solve running beside the decision loop would (:meth:`CandidateLibrary.refresh`), so
-  the decision itself never waits for the MILP's answer.
+  solution was made for asks the planner for one; it joins the library at the next decision
+  (:meth:`CandidateLibrary.refresh`), so the decision itself never uses the MILP's answer.
+
+Where the solve runs: in evaluation and training, at once, in the decision's own time (so an
+episode is reproducible; the report counts the solves' time apart). With ``background=True``
+(the daemon) on a worker thread beside the decision loop; a solution joins at the first
+decision after it is done, and the decision never waits for it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,9 +81,11 @@ class CandidateLibrary:
     :param env: the environment (its scenario, performance and memory models, and the
         running configuration a multi-GPU node is planned from); call :meth:`seed` once it is reset
     :param planner: the planner whose solutions and model are used
+    :param background: solve new loads on a worker thread (see the module docstring); the
+        seed solves still run at once
     """
 
-    def __init__(self, env: GpuShareEnv, planner: Planner) -> None:
+    def __init__(self, env: GpuShareEnv, planner: Planner, background: bool = False) -> None:
         self.env = env
         self.planner = planner
         self.configurations: list[Configuration] = []
@@ -86,6 +93,11 @@ class CandidateLibrary:
         self.seen_bins: set[tuple[int, ...]] = set()
         self.solves = 0
         self.solve_ms = 0.0
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="candidate-library") if background else None
+        # The worker solves with its own planner: the decision loop values candidates with
+        # ``planner`` (and fills its caches) meanwhile.
+        self.solver = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib) if background else planner
+        self.running: list[Future[Configuration]] = []
 
     def seed(self, windows_count: int) -> None:
         """Solve the seed loads (see the module docstring), each held over ``windows_count`` windows."""
@@ -93,7 +105,7 @@ class CandidateLibrary:
         loads = [{n: r * scale for n, r in means.items()} for scale in JOINT_RATE_SCALES]
         loads += [{n: r * (scale if n == one else 1.0) for n, r in means.items()} for one in means for scale in SINGLE_TENANT_RATE_SCALES]
         for rates in loads:
-            self._solve([rates] * windows_count)
+            self.pending.append(self._solve([rates] * windows_count))
         self.refresh()
 
     def request(self, windows: Windows) -> None:
@@ -101,10 +113,16 @@ class CandidateLibrary:
         key = tuple(round(math.log(max(r, MIN_BINNED_RATE_RPS)) / math.log(FORECAST_BIN_RATIO)) for r in windows[0].values())
         if key not in self.seen_bins:
             self.seen_bins.add(key)
-            self._solve(windows)
+            if self.worker is None:
+                self.pending.append(self._solve(windows))
+            else:
+                self.running.append(self.worker.submit(self._solve, list(windows), self.env.current))
 
     def refresh(self) -> None:
-        """Add the solutions asked for so far to the library."""
+        """Add the solutions done so far to the library (a background solve still running joins later)."""
+        for future in [f for f in self.running if f.done()]:
+            self.running.remove(future)
+            self.pending.append(future.result())  # a solve that raised raises here, in the decision loop
         for configuration in self.pending:
             if configuration not in self.configurations:
                 self.configurations.append(configuration)
@@ -118,12 +136,15 @@ class CandidateLibrary:
         cost[0] = 0.0
         return ScoredCandidates(candidates, value, cost)
 
-    def _solve(self, windows: Windows) -> None:
+    def _solve(self, windows: Windows, running: Configuration | None = None) -> Configuration:
+        """The planner's configuration for ``windows``; ``running``: the node's configuration
+        when the solve was asked for (default: now)."""
         started = time.perf_counter()
         # An entry is the best configuration for its load, not the best move from the running
         # one (the scoring prices the move); a node of several GPUs is still planned from the
         # running one (one MILP per GPU: the joint MILP over symmetric GPUs takes seconds).
-        current = None if self.env.scenario.gpu_count == 1 else self.env.current
-        self.pending.append(self.planner.plan(list(windows), current).configuration)
+        current = None if self.env.scenario.gpu_count == 1 else (running or self.env.current)
+        configuration = self.solver.plan(list(windows), current).configuration
         self.solves += 1
         self.solve_ms += (time.perf_counter() - started) * 1e3
+        return configuration

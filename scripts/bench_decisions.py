@@ -10,8 +10,9 @@ seed:
   later) and the rest (valuing the library, choosing);
 - the candidate scorer's network alone (``CandidateScorerPolicy``'s forward pass on one
   observation), without the candidate valuing it needs as input;
-- with ``--policies NAMES``: each named baseline's whole ``act`` (e.g. ``migrator-pf-held``,
-  what the daemon's ``auto`` runs on the simulator backend);
+- with ``--policies NAMES``: each named policy's whole ``act`` (e.g. ``migrator-pf-held``,
+  what the daemon's ``auto`` runs on the simulator backend); for one with a candidate library
+  (``candidate-ppo:PATH``) also without its solves, which the daemon runs on a worker thread;
 - with ``--hedge-ppo SPEC`` (e.g. ``hedge-ppo:runs/NAME``): ``hedge-ppo``'s time split into
   replaying the last interval in its shadows (work a deployment can run beside the decision
   loop, as soon as the interval's request log is in) and the rest (the evidence, the
@@ -20,6 +21,7 @@ seed:
     python scripts/bench_decisions.py              # 60 decisions per case
     python scripts/bench_decisions.py --hedge-ppo hedge-ppo:runs/hedge-ppo-v1
     python scripts/bench_decisions.py --policies migrator-pf,migrator-pf-held,migrator-hedge
+    python scripts/bench_decisions.py --policies candidate-ppo:runs/candidate-ppo
     python scripts/bench_decisions.py --no-priority-fill-scheduler --policies migrator-queue,migrator-hedge-mps   # a real node's auto
 """
 
@@ -127,8 +129,12 @@ def main() -> None:
         print(f"  planner-library, without the solves {percentiles(choosing)}  (p99 {np.percentile(choosing, 99) / p99:.2f}x; "
               f"{sum(s > 0 for s in solving)} decisions asked for a solve)")
         for name in filter(None, args.policies.split(",")):
-            whole, _ = decision_times(scenario, name, args.steps)
+            whole, solves = decision_times(scenario, name, args.steps)
             print(f"  {name + ', whole act':<35}{percentiles(whole)}  (p99 {np.percentile(whole, 99) / p99:.2f}x the planner's)")
+            if any(solves):  # a library policy (candidate-ppo): the daemon runs its solves beside the loop
+                rest = [t - s for t, s in zip(whole, solves, strict=True)]
+                print(f"  {name + ', without the solves':<35}{percentiles(rest)}  (p99 {np.percentile(rest, 99) / p99:.2f}x; "
+                      f"{sum(s > 0 for s in solves)} decisions asked for a solve)")
         if args.hedge_ppo:
             whole, shadows = hedge_times(scenario, args.hedge_ppo, args.steps)
             rest = [t - s for t, s in zip(whole, shadows, strict=True)]

@@ -114,3 +114,38 @@ def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, fiel
         load_candidate_config(path)
     assert field in str(error.value)
     assert "bad.yaml" in str(error.value) or field == "no-such-scenario"
+
+
+@pytest.mark.parametrize("scenario", [TINY, TWO_GPUS])
+def test_the_daemon_serves_the_same_file_on_both_node_shapes(tmp_path, run, scenario):
+    """``rlsched serve`` runs the policy file itself (no fallback) on a one-GPU and a two-GPU node."""
+    from rlsched.daemon.config import DaemonConfig
+    from rlsched.daemon.loop import Daemon
+
+    config = DaemonConfig(scenario=scenario, backend="sim", policy=f"candidate-ppo:{run}", cycles=6, metrics_addr=None,
+                          perf_model="calibrated", source=str(tmp_path / "daemon.yaml"), logdir=str(tmp_path / "tb"))
+    daemon = Daemon(config)
+    assert daemon.run() == 0
+    assert daemon.cycle == 6 and daemon.fallbacks == 0
+    assert daemon.guard.policy.name == "candidate-ppo" and daemon.guard.policy.library.worker is not None  # solves beside the loop
+
+
+def test_a_background_solve_joins_the_library_after_it_is_done():
+    """With ``background=True`` a new load's solve runs on the worker; the decision loop does
+    not wait, and the solution joins at the first refresh after it is done."""
+    from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
+    from rlsched.agents.candidates import CandidateLibrary
+    from rlsched.solver.planner import Planner
+
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    library = CandidateLibrary(env, Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib), background=True)
+    library.seed(MIGRATOR_LOOKAHEAD)
+    seeded = library.solves
+    windows = [{t.name: t.arrivals.mean_rate_rps() * 7.0 for t in env.scenario.inference_tenants()}] * MIGRATOR_LOOKAHEAD
+    library.request(windows)
+    assert len(library.running) == 1
+    library.running[0].result(timeout=60)  # wait here, as the next decision would not
+    library.refresh()
+    assert library.solves == seeded + 1 and not library.running
+    assert Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib).plan(windows).configuration in library.configurations

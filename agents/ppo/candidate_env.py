@@ -59,13 +59,14 @@ class CandidateObserver:
     :param env: the node (any scenario, node shape and GPU type), already reset
     :param library: a library to go on with (training keeps one across episodes of one node);
         None seeds a new one
+    :param background_solves: a new library solves new loads on a worker thread (the daemon)
     """
 
-    def __init__(self, env: GpuShareEnv, library: CandidateLibrary | None = None) -> None:
+    def __init__(self, env: GpuShareEnv, library: CandidateLibrary | None = None, background_solves: bool = False) -> None:
         self.env = env
         if library is None:
             planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
-            library = CandidateLibrary(env, planner)
+            library = CandidateLibrary(env, planner, background=background_solves)
             library.seed(MIGRATOR_LOOKAHEAD)
         self.library = library
         self.planner = library.planner

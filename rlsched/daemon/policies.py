@@ -99,7 +99,10 @@ def build_policy(name: str, path: str | None = None, backend: str = "sim", reque
     if name in HINDSIGHT_ONLY:
         raise ConfigError("daemon config", "policy", name, "knows the episode in hindsight (an evaluation reference, not a deployable policy); "
                           "static-profiled holds a configuration chosen on past traffic")
-    return make_policy(name)
+    policy = make_policy(name)
+    if hasattr(policy, "background_solves"):  # candidate-ppo: the daemon solves new loads beside its loop
+        policy.background_solves = True
+    return policy
 
 
 def decision_problem(decision: object, env: GpuShareEnv) -> str | None:
