@@ -352,9 +352,11 @@ def export_scorer(policy: Any, path: Path, metadata: dict[str, str]) -> None:
 
 def plot_curve(curve: list[tuple[int, float]], planner: np.ndarray, fixed_best: np.ndarray, rule: np.ndarray, path: Path, logger: Any,
                policy_label: str = "hedge-ppo (validation)", warm_label: str = "warm start (the hand-built rule)",
-               ylabel: str = "Goodput, x the warm start (surrogate)") -> None:
+               ylabel: str = "Goodput, x the warm start (surrogate)", summed: bool = False) -> None:
     """Validation Goodput (x ``rule``, the warm start's) against PPO steps, with the planner's and
-    the best fixed layout's lines; saved as PNG and logged to TensorBoard."""
+    the best fixed layout's lines; saved as PNG and logged to TensorBoard. ``summed``: the
+    lines are ratios of summed Goodput (as the curve's must then be), else means of the
+    episodes' ratios."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -365,8 +367,11 @@ def plot_curve(curve: list[tuple[int, float]], planner: np.ndarray, fixed_best: 
     figure, axes = plt.subplots(figsize=(7, 4))
     axes.plot(steps, ratio, marker="o", label=policy_label)
     axes.axhline(1.0, color="gray", linestyle="--", label=warm_label)
-    axes.axhline(float(np.mean(planner / rule)), color="tab:red", linestyle=":", label="planner (migrator-ilp)")
-    axes.axhline(float(np.mean(fixed_best / rule)), color="tab:green", linestyle="-.", label="best fixed layout (hindsight)")
+    def relative(reference: np.ndarray) -> float:
+        return float(reference.sum() / rule.sum() if summed else np.mean(reference / rule))
+
+    axes.axhline(relative(planner), color="tab:red", linestyle=":", label="planner (migrator-ilp)")
+    axes.axhline(relative(fixed_best), color="tab:green", linestyle="-.", label="best fixed layout (hindsight)")
     axes.set_xlabel("PPO steps")
     axes.set_ylabel(ylabel)
     axes.legend(fontsize=8)
