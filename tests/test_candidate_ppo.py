@@ -20,7 +20,7 @@ TWO_GPUS = str(DATA / "env_tiny_two_gpus.yaml")
 
 
 def write_config(path: Path, **overrides: object) -> Path:
-    config = {"candidate_choice": {"scenarios": [TINY, TWO_GPUS], "validation_seeds": [1_000_003], "prior_weight": 50.0},
+    config = {"candidate_choice": {"scenarios": [TINY, TWO_GPUS], "validation_seeds": [1_000_003], "prior_weight": 2.0, "paired_horizon": 3},
               "total_timesteps": 24, "n_envs": 1, "eval_freq": 12, "progress_bar": False,
               "ppo": {"n_steps": 12, "batch_size": 12, "n_epochs": 1}}
     config.update(overrides)
@@ -51,6 +51,13 @@ def test_training_writes_both_policies_the_curve_and_the_references(run):
     assert json.loads(best["training_scenarios"]) == [TINY, TWO_GPUS]
     assert [step for step, _ in summary["curve"]] == [0, 12, 24] and summary["curve"][0][1] == 1.0
     assert len(summary["validation"]["migrator-ilp"]) == len(summary["validation"]["static-best"]) == 2
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logged = EventAccumulator(str(next((run / "tb").iterdir())))
+    logged.Reload()
+    # paired advantages: a prior weight of 2 departs from the planner often enough to measure some
+    assert {"paired/departures", "validation/x_warm_start", "validation/x_static_best"} <= set(logged.Tags()["scalars"])
+    assert max(e.value for e in logged.Scalars("paired/departures")) > 0.0
 
 
 def test_the_warm_start_is_the_library_planner_on_two_node_shapes(run):
@@ -102,6 +109,7 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
     ({"candidate_choice": {"scenarios": [TINY], "validation_seeds": [3]}}, "candidate_choice.validation_seeds"),
     ({"candidate_choice": {"scenarios": [TINY], "prior_weight": 0.0}}, "candidate_choice.prior_weight"),
     ({"candidate_choice": {"scenarios": []}}, "candidate_choice.scenarios"),
+    ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": -1}}, "candidate_choice.paired_horizon"),
     ({"candidate_choice": {"scenarios": ["no-such-scenario"]}}, "no-such-scenario"),
     ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
 ])

@@ -115,3 +115,24 @@ def test_the_scorer_starts_as_the_library_planner_and_is_permutation_equivariant
         assert torch.allclose(scorer.forward_critic(obs), scorer.forward_critic(permuted), atol=1e-5)
     model.learn(12)  # PPO updates run through the custom network
     assert np.isfinite(float(scorer.prior_weight.detach()))
+
+
+def test_a_paired_advantage_is_zero_for_the_rule_and_leaves_the_episode_as_it_was():
+    """The counterfactual branches run on copies of the node's state: the rule against itself
+    is worth exactly 0, and an episode that measures departures on the way earns what the same
+    episode without the measurements earns."""
+    measured = CandidateChoiceEnv(GpuShareEnv(TINY), paired_horizon=3)
+    plain = CandidateChoiceEnv(GpuShareEnv(TINY))
+    measured.reset(seed=0)
+    plain.reset(seed=0)
+    done, advantages = False, []
+    while not done:
+        action = 0 if measured.planner_choice() != 0 else len(measured.offered) - 1  # depart from the rule
+        rule = measured.observer.configuration(measured.planner_choice())
+        assert measured.paired_advantage(rule, rule) == 0.0
+        _, r_measured, _, truncated, info = measured.step(action)
+        _, r_plain, _, _, _ = plain.step(action)
+        assert r_measured == r_plain
+        advantages.append(info["paired_advantage"])
+        done = truncated
+    assert any(a != 0.0 for a in advantages) and all(np.isfinite(advantages))

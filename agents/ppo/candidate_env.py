@@ -169,13 +169,17 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     :param keep_library: keep the candidate library (and the planner's caches) from one
         episode to the next, as training does; False starts each episode from the seed library,
         so that an episode does not depend on the ones before it (evaluation)
+    :param paired_horizon: > 0: every step whose action departs from the library planner's
+        choice also measures what the departure is worth (:meth:`paired_advantage`, in the
+        step's ``info``), over this many intervals; 0: no measurement
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, env: GpuShareEnv, keep_library: bool = False) -> None:
+    def __init__(self, env: GpuShareEnv, keep_library: bool = False, paired_horizon: int = 0) -> None:
         self.env = env
         self.keep_library = keep_library
+        self.paired_horizon = paired_horizon
         self.observer: CandidateObserver | None = None
         size = CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES)
         self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
@@ -208,9 +212,44 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         assert self.observer is not None
+        rule = self.observer.planner_choice()
+        chosen = self.observer.configuration(int(action))
+        departs = chosen != self.observer.configuration(rule)
+        advantage = self.paired_advantage(chosen, self.observer.configuration(rule)) if self.paired_horizon and departs else 0.0
         # a masked slot keeps the running configuration (MaskablePPO never picks one; a plain policy may)
-        _, reward, terminated, truncated, info = self.env.step_configuration(self.observer.configuration(int(action)))
+        _, reward, terminated, truncated, info = self.env.step_configuration(chosen)
+        info["paired_advantage"] = advantage
         return self.observer.observe(), float(reward) / self.reward_scale, terminated, truncated, info
+
+    def paired_advantage(self, chosen: Configuration, rule: Configuration) -> float:
+        """What applying ``chosen`` instead of ``rule`` (the library planner's choice) earns, in
+        the node's requests per interval: from the current state, one branch applies each, then
+        both follow the library planner (its library as it is now) for the rest of
+        :attr:`paired_horizon` intervals, on the same arrivals and service draws (the
+        simulator's state, Generators included, is copied). The episode goes on from the state
+        it was in. This is the paired baseline for input-driven environments: the traffic's
+        noise cancels between the branches."""
+        state = self.env.snapshot()
+        earned = []
+        for first in (chosen, rule):
+            self.env.restore(state)
+            _, total, terminated, truncated, _ = self.env.step_configuration(first)
+            for _ in range(self.paired_horizon - 1):
+                if terminated or truncated:
+                    break
+                _, reward, terminated, truncated, _ = self.env.step_configuration(self._library_choice())
+                total += reward
+            earned.append(float(total))
+        self.env.restore(state)
+        return (earned[0] - earned[1]) / self.reward_scale
+
+    def _library_choice(self) -> Configuration:
+        """What the library planner applies now, without asking for new solves (a branch's continuation)."""
+        assert self.observer is not None and self.env.current is not None
+        rates, backlog, accuracy = observed_load(self.env)
+        planner = self.observer.planner
+        scored = self.observer.library.score(planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog), self.env.current, accuracy)
+        return scored.configurations[scored.best()]
 
     def action_masks(self) -> np.ndarray:
         """True for the slots that hold a candidate."""

@@ -31,6 +31,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import yaml
+from stable_baselines3.common.callbacks import BaseCallback
 
 from rlsched.agents.ppo.config import PpoConfig, _section, plain_values, read_yaml_config
 from rlsched.agents.ppo.expert_train import CONFIG_KEY, POLICY_FILE, STEPS_KEY, WARM_START_FILE, export_scorer, plot_curve
@@ -56,6 +57,11 @@ class CandidateChoiceConfig:
     through the per-slot residual only, state by state)"""
     hidden: int = 64
     """width of the scorer's per-slot MLP and of its critic"""
+    paired_horizon: int = 0
+    """> 0: paired advantages: every step departing from the library planner's choice gets
+    the exact counterfactual advantage over this many intervals
+    (:meth:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv.paired_advantage`), the
+    others none (:class:`PairedCandidateAdvantages`); 0: PPO's own (GAE) estimate"""
 
 
 @dataclass
@@ -107,6 +113,8 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     if not choice.validation_seeds or low:
         raise ConfigError(path, "candidate_choice.validation_seeds", list(choice.validation_seeds),
                           f"name at least one, each >= {TRAINING_SEED_RANGE} (training episodes draw their seeds below it)")
+    if choice.paired_horizon < 0:
+        raise ConfigError(path, "candidate_choice.paired_horizon", choice.paired_horizon, "must be >= 0 (0: GAE)")
     if choice.prior_weight <= 0:
         raise ConfigError(path, "candidate_choice.prior_weight", choice.prior_weight, "must be > 0 (the warm start is the planner's choice)")
     if config.ppo.batch_size > config.ppo.n_steps * config.n_envs:
@@ -122,12 +130,13 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, specs: tuple[str, ...]) -> None:
+    def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0) -> None:
         from rlsched.agents.experts import scenario_of
         from rlsched.agents.ppo.candidate_env import CandidateChoiceEnv
         from rlsched.envs.gpushare import GpuShareEnv
 
-        self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True) for spec in specs]
+        self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True, paired_horizon=paired_horizon)
+                     for spec in specs]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self.active = self.envs[0]
@@ -138,8 +147,8 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
         return self.active.reset(seed=int(self.np_random.integers(TRAINING_SEED_RANGE)), options=options)
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        observation, reward, terminated, truncated, _ = self.active.step(action)
-        return observation, reward, terminated, truncated, {}  # the step's info stays here: nothing reads it
+        observation, reward, terminated, truncated, info = self.active.step(action)
+        return observation, reward, terminated, truncated, {"paired_advantage": info["paired_advantage"]}  # the rest stays here
 
     def action_masks(self) -> np.ndarray:
         """The running episode's masks."""
@@ -183,7 +192,6 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     """Run the whole pipeline of the module docstring; returns the run folder."""
     import torch
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
@@ -200,13 +208,14 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     fixed_best = reference_goodput(specs, seeds, "static-best", progress)
 
     torch.manual_seed(config.seed)
-    factories = [lambda: Monitor(ScenarioMixEnv(specs)) for _ in range(config.n_envs)]
+    factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon)) for _ in range(config.n_envs)]
     venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
     venv.seed(config.seed)
     p = config.ppo
     model = MaskablePPO(CandidateScorerPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
                         n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef,
                         vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=config.seed, device="cpu", tensorboard_log=str(run / "tb"),
+                        normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
                         # A learnable weight would let PPO move every state at once toward or away from the planner.
                         policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False})
     metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs))}
@@ -260,7 +269,8 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
             return True
 
     started = time.perf_counter()
-    model.learn(config.total_timesteps, callback=Validation(), progress_bar=progress)
+    callbacks = [Validation()] + ([PairedCandidateAdvantages()] if choice.paired_horizon else [])
+    model.learn(config.total_timesteps, callback=callbacks, progress_bar=progress)
     seconds = time.perf_counter() - started
     venv.close()
     model.save(run / "final_model")
@@ -275,3 +285,26 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     plot_curve(curve, planner, fixed_best, warm[0], run / "learning_curve.png", model.logger, policy_label="candidate-ppo (validation)",
                warm_label="warm start (the library planner)", ylabel="Goodput summed over validation, x the warm start", summed=True)
     return run
+
+
+class PairedCandidateAdvantages(BaseCallback):
+    """Replaces PPO's advantage estimates by the environments' paired ones (``info["paired_advantage"]``:
+    0 where the policy chose as the library planner, the exact counterfactual advantage of
+    the departure otherwise). PPO's update is then a step of policy improvement over the
+    planner; the clipped objective, the masks and the value loss are MaskablePPO's."""
+
+    def _on_rollout_start(self) -> None:
+        self.rows: list[list[float]] = []
+
+    def _on_step(self) -> bool:
+        self.rows.append([float(info.get("paired_advantage", 0.0)) for info in self.locals["infos"]])
+        return True
+
+    def _on_rollout_end(self) -> None:
+        buffer = self.model.rollout_buffer
+        advantages = np.array(self.rows, dtype=buffer.advantages.dtype).reshape(buffer.advantages.shape)
+        buffer.advantages[:] = advantages
+        departures = advantages != 0.0
+        self.logger.record("paired/departures", float(departures.mean()))
+        self.logger.record("paired/positive", float((advantages > 0).sum() / max(departures.sum(), 1)))
+        self.logger.record("paired/mean_departure_advantage", float(advantages[departures].mean()) if departures.any() else 0.0)
