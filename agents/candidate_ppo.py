@@ -20,32 +20,21 @@ Spec: ``candidate-ppo:PATH`` (an .onnx file, or a training run folder's ``policy
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 
 from rlsched.agents.baselines.base import Policy
 from rlsched.agents.candidates import CandidateLibrary
+from rlsched.agents.onnx_policy import open_choice_policy
 from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, CandidateObserver
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 
-#: Metadata keys of a candidate-choice policy file (written by :mod:`rlsched.agents.ppo.candidate_train`).
-KIND_KEY, STEPS_KEY = "kind", "num_timesteps"
+#: A candidate-choice policy file's kind (its ``kind`` metadata; written by :mod:`rlsched.agents.ppo.candidate_train`).
 CANDIDATE_CHOICE_KIND = "candidate-ppo"
-
-
-def resolve_candidate_policy(spec: str) -> Path:
-    """``candidate-ppo:FILE.onnx`` or ``candidate-ppo:RUN_DIR`` -> that file."""
-    prefix, colon, rest = spec.partition(":")
-    if prefix != CANDIDATE_CHOICE_KIND or not colon or not rest:
-        raise ConfigError("--policies", "policy", spec, "expected candidate-ppo:PATH (an .onnx file or a training run folder; "
-                          "rlsched train --config configs/train/candidate_ppo.yaml --out runs/NAME makes one)")
-    path = Path(rest) / "policy.onnx" if Path(rest).is_dir() else Path(rest)
-    if not path.exists():
-        raise ConfigError("--policies", spec, str(path), "no such candidate-choice policy file")
-    return path
+#: Metadata key of the PPO steps the file's network was trained for (0: the warm start).
+STEPS_KEY = "num_timesteps"
 
 
 class CandidatePpo(Policy):
@@ -60,20 +49,8 @@ class CandidatePpo(Policy):
     background_solves = False
 
     def __init__(self, spec: str) -> None:
-        import onnxruntime
-
-        self.path = resolve_candidate_policy(spec)
-        try:
-            self.session = onnxruntime.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
-        except Exception as error:  # onnxruntime raises its own exception types
-            raise ConfigError(self.path, "file", str(self.path), f"not a loadable ONNX policy ({error})") from None
-        meta = self.session.get_modelmeta().custom_metadata_map
-        if meta.get(KIND_KEY) != CANDIDATE_CHOICE_KIND:
-            raise ConfigError(self.path, KIND_KEY, meta.get(KIND_KEY), f"not a candidate-choice policy (expected {CANDIDATE_CHOICE_KIND})")
-        expected = CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES)
-        width = self.session.get_inputs()[0].shape[1]
-        if width != expected:
-            raise ConfigError(self.path, "observation", width, f"the policy's observation has {width} features, this rlsched builds {expected}")
+        self.path, self.session, meta = open_choice_policy(spec, CANDIDATE_CHOICE_KIND, CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES),
+                                                           "rlsched train --config configs/train/candidate_ppo.yaml --out runs/NAME makes one")
         try:
             self.num_timesteps = int(json.loads(meta.get(STEPS_KEY, "")))
         except (ValueError, TypeError):

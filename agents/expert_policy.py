@@ -17,33 +17,21 @@ shipped: the trained ones lost to their own warm start on the held-out suite
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 
 from rlsched.agents.baselines.hedge import MigratorHedge
 from rlsched.agents.experts import node_reward_scale, restart_seconds, switch_cost_estimate
+from rlsched.agents.onnx_policy import open_choice_policy
 from rlsched.agents.ppo.expert_env import EXPERT_FEATURES, EXPERT_GLOBALS, SLOTS, expert_observation, offered_experts
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 from rlsched.solver.planner import Planner
 
-#: Metadata keys of an expert-choice policy file (written by :mod:`rlsched.agents.ppo.expert_train`).
-KIND_KEY, FACTOR_KEY = "kind", "switch_cost_factor"
+#: Metadata key of an expert-choice policy file (written by :mod:`rlsched.agents.ppo.expert_train`) besides its kind.
+FACTOR_KEY = "switch_cost_factor"
 EXPERT_CHOICE_KIND = "hedge-ppo"
-
-
-def resolve_expert_policy(spec: str) -> Path:
-    """``hedge-ppo:FILE.onnx`` or ``hedge-ppo:RUN_DIR`` -> that file."""
-    prefix, colon, rest = spec.partition(":")
-    if prefix != "hedge-ppo" or not colon or not rest:
-        raise ConfigError("--policies", "policy", spec, "expected hedge-ppo:PATH (an .onnx file or a training run folder; no hedge-ppo "
-                          "policy is shipped: rlsched train --config configs/train/hedge_ppo.yaml --out runs/NAME makes one)")
-    path = Path(rest) / "policy.onnx" if Path(rest).is_dir() else Path(rest)
-    if not path.exists():
-        raise ConfigError("--policies", spec, str(path), "no such expert-choice policy file")
-    return path
 
 
 class HedgePpo(MigratorHedge):
@@ -56,21 +44,10 @@ class HedgePpo(MigratorHedge):
     name = "hedge-ppo"
 
     def __init__(self, spec: str) -> None:
-        import onnxruntime
-
         super().__init__(simulate_switch_cost=False)
-        self.path = resolve_expert_policy(spec)
-        try:
-            self.session = onnxruntime.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
-        except Exception as error:  # onnxruntime raises its own exception types
-            raise ConfigError(self.path, "file", str(self.path), f"not a loadable ONNX policy ({error})") from None
-        meta = self.session.get_modelmeta().custom_metadata_map
-        if meta.get(KIND_KEY) != EXPERT_CHOICE_KIND:
-            raise ConfigError(self.path, KIND_KEY, meta.get(KIND_KEY), f"not an expert-choice policy (expected {EXPERT_CHOICE_KIND})")
-        expected = SLOTS * len(EXPERT_FEATURES) + len(EXPERT_GLOBALS)
-        width = self.session.get_inputs()[0].shape[1]
-        if width != expected:
-            raise ConfigError(self.path, "observation", width, f"the policy's observation has {width} features, this rlsched builds {expected}")
+        self.path, self.session, meta = open_choice_policy(spec, EXPERT_CHOICE_KIND, SLOTS * len(EXPERT_FEATURES) + len(EXPERT_GLOBALS),
+                                                           "no hedge-ppo policy is shipped: rlsched train --config configs/train/hedge_ppo.yaml "
+                                                           "--out runs/NAME makes one")
         try:
             self.factor = float(json.loads(meta[FACTOR_KEY]))
         except (KeyError, ValueError, TypeError):

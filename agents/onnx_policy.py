@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,8 @@ from rlsched.simulator.lookahead import ReconfigurationCheck
 
 #: The shipped default policy (trained on the default scenario family; see its README).
 SHIPPED_POLICY = Path(__file__).parent / "policies" / "default" / "policy.onnx"
+#: Metadata key naming a choice-policy file's kind (``hedge-ppo``, ``candidate-ppo``; absent in a ``ppo`` file).
+KIND_KEY = "kind"
 #: Metadata key of the probability below which the planner takes over (JSON number; absent: never).
 TAKEOVER_KEY = "planner_takeover_probability"
 #: Metadata key of the random streams of the simulated check of reconfigurations (JSON integer; absent or 0: no check).
@@ -170,6 +173,33 @@ def resolve_policy_path(spec: str) -> Path:
     if not path.exists():
         raise ConfigError("--policies", spec, str(path), "no such .onnx file or run folder")
     return path
+
+
+def open_choice_policy(spec: str, kind: str, observation_width: int, how_to_make: str) -> tuple[Path, Any, dict[str, str]]:
+    """A choice-policy file (``hedge-ppo``, ``candidate-ppo``) named ``KIND:FILE.onnx`` or
+    ``KIND:RUN_DIR`` (its ``policy.onnx``): (path, onnxruntime session, metadata). A
+    :class:`ConfigError` names the spec or file and what is wrong: not of that ``kind``, not
+    loadable, or an observation of another width than this rlsched builds (``how_to_make``
+    tells how to get a file where none is named)."""
+    import onnxruntime
+
+    prefix, colon, rest = spec.partition(":")
+    if prefix != kind or not colon or not rest:
+        raise ConfigError("--policies", "policy", spec, f"expected {kind}:PATH (an .onnx file or a training run folder; {how_to_make})")
+    path = Path(rest) / "policy.onnx" if Path(rest).is_dir() else Path(rest)
+    if not path.exists():
+        raise ConfigError("--policies", spec, str(path), f"no such {kind} policy file")
+    try:
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own exception types
+        raise ConfigError(path, "file", str(path), f"not a loadable ONNX policy ({error})") from None
+    meta = session.get_modelmeta().custom_metadata_map
+    if meta.get(KIND_KEY) != kind:
+        raise ConfigError(path, KIND_KEY, meta.get(KIND_KEY), f"not a {kind} policy")
+    width = session.get_inputs()[0].shape[1]
+    if width != observation_width:
+        raise ConfigError(path, "observation", width, f"the policy's observation has {width} features, this rlsched builds {observation_width}")
+    return path, session, dict(meta)
 
 
 class PpoPolicy(Policy):

@@ -100,7 +100,7 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
         if prop.key == "kind":
             prop.value = "hedge-ppo"
     onnx.save(relabelled, str(tmp_path / "hedge.onnx"))
-    with pytest.raises(ConfigError, match="not a candidate-choice policy"):
+    with pytest.raises(ConfigError, match="not a candidate-ppo policy"):
         make_policy(f"candidate-ppo:{tmp_path / 'hedge.onnx'}")
 
 

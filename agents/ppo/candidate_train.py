@@ -21,7 +21,6 @@ A config with a ``candidate_choice:`` section (``configs/train/candidate_ppo.yam
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -33,8 +32,9 @@ import numpy as np
 import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlsched.agents.ppo.config import PpoConfig, _section, plain_values, read_yaml_config
-from rlsched.agents.ppo.expert_train import CONFIG_KEY, POLICY_FILE, STEPS_KEY, WARM_START_FILE, export_scorer, plot_curve
+from rlsched.agents.ppo.config import _section, read_yaml_config
+from rlsched.agents.ppo.expert_train import (CONFIG_KEY, POLICY_FILE, STEPS_KEY, WARM_START_FILE, ChoiceRunConfig, export_scorer, has_section,
+                                             plot_curve)
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_text_atomically
 
@@ -65,36 +65,18 @@ class CandidateChoiceConfig:
 
 
 @dataclass
-class CandidateTrainConfig:
+class CandidateTrainConfig(ChoiceRunConfig):
     """One ``candidate-ppo`` training run (``rlsched train --config FILE``)."""
 
     candidate_choice: CandidateChoiceConfig = field(default_factory=CandidateChoiceConfig)
     """the training scenarios and the policy's shape"""
-    total_timesteps: int = 50_000
-    """PPO steps, all environments together"""
     n_envs: int = 2
     """environments stepped in parallel, one process each (1: in this process)"""
-    seed: int = 0
-    """seeds the model and the environments"""
-    eval_freq: int = 10_000
-    """validate every this many steps"""
-    progress_bar: bool = True
-    """show progress bars"""
-    ppo: PpoConfig = field(default_factory=PpoConfig)
-    """MaskablePPO hyper-parameters (``net_arch`` and ``activation`` are not used: the scorer's shape is ``candidate_choice.hidden``)"""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values (tuples as lists) for YAML and the policy's metadata."""
-        return plain_values(dataclasses.asdict(self))
 
 
 def is_candidate_config(path: str | Path) -> bool:
     """True when the training config at ``path`` is a ``candidate-ppo`` one (has ``candidate_choice:``)."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        return False
-    return isinstance(raw, dict) and "candidate_choice" in raw
+    return has_section(path, "candidate_choice")
 
 
 def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
@@ -103,9 +85,7 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
 
     path = Path(path)
     config: CandidateTrainConfig = _section(str(path), "", CandidateTrainConfig, read_yaml_config(path))
-    for name in ("total_timesteps", "n_envs", "eval_freq"):
-        if getattr(config, name) <= 0:
-            raise ConfigError(path, name, getattr(config, name), "must be > 0")
+    config.check(path)
     choice = config.candidate_choice
     if not choice.scenarios:
         raise ConfigError(path, "candidate_choice.scenarios", [], "name at least one training scenario")
@@ -117,8 +97,6 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
         raise ConfigError(path, "candidate_choice.paired_horizon", choice.paired_horizon, "must be >= 0 (0: GAE)")
     if choice.prior_weight <= 0:
         raise ConfigError(path, "candidate_choice.prior_weight", choice.prior_weight, "must be > 0 (the warm start is the planner's choice)")
-    if config.ppo.batch_size > config.ppo.n_steps * config.n_envs:
-        raise ConfigError(path, "ppo.batch_size", config.ppo.batch_size, f"must be <= n_steps x n_envs = {config.ppo.n_steps * config.n_envs}")
     for spec in choice.scenarios:
         scenario_of(spec, f"{path}: candidate_choice.scenarios")  # bad scenarios and traces fail before any work
     return config
@@ -195,12 +173,13 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, KIND_KEY
+    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND
+    from rlsched.agents.onnx_policy import KIND_KEY
     from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
 
     config = load_candidate_config(config_path)
     run = Path(out)
-    run.mkdir(parents=True, exist_ok=True)
+    (run / "checkpoints").mkdir(parents=True, exist_ok=True)
     write_text_atomically(run / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     choice = config.candidate_choice
     specs, seeds, progress = choice.scenarios, choice.validation_seeds, config.progress_bar

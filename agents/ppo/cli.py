@@ -22,23 +22,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlsched.agents.ppo.candidate_train import is_candidate_config, train_candidate_choice
     from rlsched.agents.ppo.expert_train import POLICY_FILE, is_expert_config, train_expert_choice
 
-    if args.config is not None and is_candidate_config(args.config):  # candidate-ppo: the configuration choice
-        if args.resume:
-            from rlsched.errors import ConfigError
+    # Choice policies (one network for any node): candidate-ppo chooses the configuration,
+    # hedge-ppo whom migrator-hedge follows. Each kind of config is told by its section.
+    for is_kind, train_kind, kind in ((is_candidate_config, train_candidate_choice, "candidate-ppo"), (is_expert_config, train_expert_choice, "hedge-ppo")):
+        if args.config is not None and is_kind(args.config):
+            if args.resume:
+                from rlsched.errors import ConfigError
 
-            raise ConfigError("--resume", "--resume", True, "a candidate-choice run is not resumable: start it again")
-        run_dir = train_candidate_choice(args.config, args.out)
-        print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE} (use it as --policies candidate-ppo:{run_dir})")
-        return 0
-
-    if args.config is not None and is_expert_config(args.config):  # hedge-ppo: the expert choice
-        if args.resume:
-            from rlsched.errors import ConfigError
-
-            raise ConfigError("--resume", "--resume", True, "an expert-choice run is not resumable: its recorded streams are reused, so start it again")
-        run_dir = train_expert_choice(args.config, args.out)
-        print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE} (use it as --policies hedge-ppo:{run_dir})")
-        return 0
+                raise ConfigError("--resume", "--resume", True, f"a {kind} run is not resumable: start it again (recorded expert streams are reused)")
+            run_dir = train_kind(args.config, args.out)
+            print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE} (use it as --policies {kind}:{run_dir})")
+            return 0
     from rlsched.agents.ppo.export import export_run
     from rlsched.agents.ppo.train import train
 

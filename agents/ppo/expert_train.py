@@ -71,15 +71,13 @@ class ExpertChoiceConfig:
 
 
 @dataclass
-class ExpertTrainConfig:
-    """One ``hedge-ppo`` training run (``rlsched train --config FILE``)."""
+class ChoiceRunConfig:
+    """What every choice-policy training run (``hedge-ppo``, ``candidate-ppo``) sets besides its section."""
 
-    expert_choice: ExpertChoiceConfig = field(default_factory=ExpertChoiceConfig)
-    """the training episodes and the policy's shape"""
     total_timesteps: int = 200_000
     """PPO steps, all environments together"""
     n_envs: int = 8
-    """environments stepped together (in this process: each step is a few microseconds)"""
+    """environments stepped together"""
     seed: int = 0
     """seeds the model and the environments"""
     eval_freq: int = 20_000
@@ -87,29 +85,48 @@ class ExpertTrainConfig:
     progress_bar: bool = True
     """show progress bars"""
     ppo: PpoConfig = field(default_factory=PpoConfig)
-    """MaskablePPO hyper-parameters (``net_arch`` and ``activation`` are not used: the scorer's shape is ``expert_choice.hidden``)"""
+    """MaskablePPO hyper-parameters (``net_arch`` and ``activation`` are not used: the scorer's shape is the section's ``hidden``)"""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (tuples as lists) for YAML and the policy's metadata."""
         return plain_values(dataclasses.asdict(self))
 
+    def check(self, path: Path) -> None:
+        """A :class:`ConfigError` naming ``path``, the field and its value unless the run's own fields are usable."""
+        for name in ("total_timesteps", "n_envs", "eval_freq"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(path, name, getattr(self, name), "must be > 0")
+        if self.ppo.batch_size > self.ppo.n_steps * self.n_envs:
+            raise ConfigError(path, "ppo.batch_size", self.ppo.batch_size, f"must be <= n_steps x n_envs = {self.ppo.n_steps * self.n_envs}")
 
-def is_expert_config(path: str | Path) -> bool:
-    """True when the training config at ``path`` is a ``hedge-ppo`` one (has ``expert_choice:``)."""
+
+def has_section(path: str | Path, section: str) -> bool:
+    """True when the YAML training config at ``path`` has a top-level ``section`` (which kind of run it is)."""
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError):
         return False
-    return isinstance(raw, dict) and "expert_choice" in raw
+    return isinstance(raw, dict) and section in raw
+
+
+@dataclass
+class ExpertTrainConfig(ChoiceRunConfig):
+    """One ``hedge-ppo`` training run (``rlsched train --config FILE``)."""
+
+    expert_choice: ExpertChoiceConfig = field(default_factory=ExpertChoiceConfig)
+    """the training episodes and the policy's shape"""
+
+
+def is_expert_config(path: str | Path) -> bool:
+    """True when the training config at ``path`` is a ``hedge-ppo`` one (has ``expert_choice:``)."""
+    return has_section(path, "expert_choice")
 
 
 def load_expert_config(path: str | Path) -> ExpertTrainConfig:
     """Read and check a ``hedge-ppo`` training config (errors name the file, field and value)."""
     path = Path(path)
     config: ExpertTrainConfig = _section(str(path), "", ExpertTrainConfig, read_yaml_config(path))
-    for name in ("total_timesteps", "n_envs", "eval_freq"):
-        if getattr(config, name) <= 0:
-            raise ConfigError(path, name, getattr(config, name), "must be > 0")
+    config.check(path)
     choice = config.expert_choice
     if choice.advantages not in ("paired", "gae"):
         raise ConfigError(path, "expert_choice.advantages", choice.advantages, "allowed: paired, gae")
@@ -121,8 +138,6 @@ def load_expert_config(path: str | Path) -> ExpertTrainConfig:
         raise ConfigError(path, "expert_choice.seeds", list(choice.seeds), "name training and validation seeds")
     if set(choice.seeds) & set(choice.validation_seeds):
         raise ConfigError(path, "expert_choice.validation_seeds", list(choice.validation_seeds), "must differ from expert_choice.seeds")
-    if config.ppo.batch_size > config.ppo.n_steps * config.n_envs:
-        raise ConfigError(path, "ppo.batch_size", config.ppo.batch_size, f"must be <= n_steps x n_envs = {config.ppo.n_steps * config.n_envs}")
     from rlsched.agents.experts import scenario_of
 
     for spec in choice.scenarios:
@@ -176,7 +191,8 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from rlsched.agents.baselines.hedge import MigratorHedge
-    from rlsched.agents.expert_policy import EXPERT_CHOICE_KIND, FACTOR_KEY, KIND_KEY
+    from rlsched.agents.expert_policy import EXPERT_CHOICE_KIND, FACTOR_KEY
+    from rlsched.agents.onnx_policy import KIND_KEY
     from rlsched.agents.experts import ExpertStreams, fit_switch_cost_factor
     from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
     from rlsched.agents.ppo.expert_env import EXPERT_LAYOUT, ExpertChoiceEnv
