@@ -33,8 +33,8 @@ import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rlsched.agents.ppo.config import _section, read_yaml_config
-from rlsched.agents.ppo.expert_train import (CONFIG_KEY, POLICY_FILE, STEPS_KEY, WARM_START_FILE, ChoiceRunConfig, export_scorer, has_section,
-                                             plot_curve)
+from rlsched.agents.ppo.expert_train import (CONFIG_KEY, POLICY_FILE, STEPS_KEY, ChoiceRunConfig, PeriodicValidation, export_scorer, has_section,
+                                             plot_curve, scorer_model)
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_text_atomically
 
@@ -175,11 +175,10 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
 
     from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND
     from rlsched.agents.onnx_policy import KIND_KEY
-    from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
 
     config = load_candidate_config(config_path)
     run = Path(out)
-    (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+    run.mkdir(parents=True, exist_ok=True)
     write_text_atomically(run / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     choice = config.candidate_choice
     specs, seeds, progress = choice.scenarios, choice.validation_seeds, config.progress_bar
@@ -190,65 +189,33 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon)) for _ in range(config.n_envs)]
     venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
     venv.seed(config.seed)
-    p = config.ppo
-    model = MaskablePPO(CandidateScorerPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
-                        n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef,
-                        vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=config.seed, device="cpu", tensorboard_log=str(run / "tb"),
-                        normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
-                        # A learnable weight would let PPO move every state at once toward or away from the planner.
-                        policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False})
+    model = scorer_model(config, venv, run, normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
+                         policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False})
     metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs))}
     curve: list[tuple[int, float]] = []
     episodes: list[list[float]] = []  # per validation, each episode's Goodput
     warm: list[np.ndarray] = []
 
-    def learned(env: Any, observation: np.ndarray) -> int:
-        action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
-        return int(action)
+    def evaluate(model: Any, steps: int, logger: Any) -> float:
+        def learned(env: Any, observation: np.ndarray) -> int:
+            action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
+            return int(action)
 
-    class Validation(BaseCallback):
-        """Validates every ``eval_freq`` steps, logs, keeps the best model."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.best = -np.inf
-            self.next_at = 0
-            self.started = time.perf_counter()
-
-        def _evaluate(self) -> None:
-            earned = validate(specs, seeds, learned, f"validation at {self.num_timesteps} steps", progress)
-            if not warm:
-                warm.append(earned)
-            # Ratios of the summed Goodput: an episode's own ratio explodes where a policy
-            # earns near zero (the planner on the Azure trace).
-            ratio = float(earned.sum() / warm[0].sum())
-            curve.append((self.num_timesteps, ratio))
-            episodes.append(earned.tolist())
-            self.logger.record("validation/x_warm_start", ratio)
-            self.logger.record("validation/x_planner", float(earned.sum() / planner.sum()))
-            self.logger.record("validation/x_static_best", float(earned.sum() / fixed_best.sum()))
-            self.logger.record("perf/steps_per_s", self.num_timesteps / max(time.perf_counter() - self.started, 1e-9))
-            self.logger.dump(self.num_timesteps)
-            self.model.save(run / "checkpoints" / f"model_{self.num_timesteps}_steps")
-            if ratio > self.best:
-                self.best = ratio
-                self.model.save(run / "best_model")
-                write_text_atomically(run / "best.json", json.dumps({"num_timesteps": self.num_timesteps, "x_warm_start": ratio}) + "\n")
-
-        def _on_training_start(self) -> None:
-            export_scorer(self.model.policy, run / WARM_START_FILE, {**metadata, STEPS_KEY: "0"})
-            self.started = time.perf_counter()
-            self._evaluate()  # the warm start: the library planner itself (up to ties)
-            self.next_at = config.eval_freq
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps >= self.next_at:
-                self._evaluate()
-                self.next_at += config.eval_freq
-            return True
+        earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress)
+        if not warm:
+            warm.append(earned)  # step 0: the warm start, the library planner itself (up to ties)
+        # Ratios of the summed Goodput: an episode's own ratio explodes where a policy earns
+        # near zero (the planner on the Azure trace).
+        ratio = float(earned.sum() / warm[0].sum())
+        curve.append((steps, ratio))
+        episodes.append(earned.tolist())
+        logger.record("validation/x_warm_start", ratio)
+        logger.record("validation/x_planner", float(earned.sum() / planner.sum()))
+        logger.record("validation/x_static_best", float(earned.sum() / fixed_best.sum()))
+        return ratio
 
     started = time.perf_counter()
-    callbacks = [Validation()] + ([PairedCandidateAdvantages()] if choice.paired_horizon else [])
+    callbacks = [PeriodicValidation(run, config.eval_freq, metadata, evaluate)] + ([PairedCandidateAdvantages()] if choice.paired_horizon else [])
     model.learn(config.total_timesteps, callback=callbacks, progress_bar=progress)
     seconds = time.perf_counter() - started
     venv.close()

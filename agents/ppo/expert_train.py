@@ -194,7 +194,6 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
     from rlsched.agents.expert_policy import EXPERT_CHOICE_KIND, FACTOR_KEY
     from rlsched.agents.onnx_policy import KIND_KEY
     from rlsched.agents.experts import ExpertStreams, fit_switch_cost_factor
-    from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
     from rlsched.agents.ppo.expert_env import EXPERT_LAYOUT, ExpertChoiceEnv
 
     config = load_expert_config(config_path)
@@ -212,14 +211,8 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
     torch.manual_seed(config.seed)
     venv = DummyVecEnv([lambda: ExpertChoiceEnv(train, factor, MigratorHedge()) for _ in range(config.n_envs)])
     venv.seed(config.seed)
-    p = config.ppo
-    model = MaskablePPO(CandidateScorerPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
-                        n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef,
-                        vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=config.seed, device="cpu", tensorboard_log=str(run / "tb"),
-                        normalize_advantage=choice.advantages == "gae",  # paired ones are exact, mostly zero: keep their scale
-                        policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "layout": EXPERT_LAYOUT,
-                                       # A learnable weight would let PPO move every state at once toward or away from the rule.
-                                       "learn_prior": False})
+    model = scorer_model(config, venv, run, normalize_advantage=choice.advantages == "gae",  # paired ones are exact, mostly zero: keep their scale
+                         policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "layout": EXPERT_LAYOUT, "learn_prior": False})
 
     metadata = {KIND_KEY: EXPERT_CHOICE_KIND, FACTOR_KEY: json.dumps(factor), CONFIG_KEY: json.dumps(config.to_dict()),
                 "training_scenarios": json.dumps(list(choice.scenarios)),
@@ -229,47 +222,21 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
     fixed_best = np.array([s.rewards[1:, s.profile_intervals:].sum(axis=1).max() for s in validation])
     curve: list[tuple[int, float]] = []
 
-    def learned(env: ExpertChoiceEnv, observation: np.ndarray) -> int:
-        action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
-        return int(action)
+    def evaluate(model: Any, steps: int, logger: Any) -> float:
+        def learned(env: ExpertChoiceEnv, observation: np.ndarray) -> int:
+            action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
+            return int(action)
 
-    class Validation(BaseCallback):
-        """Validates every ``eval_freq`` steps, logs, keeps the best model."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.best = -np.inf
-            self.next_at = 0
-            self.started = time.perf_counter()
-
-        def _evaluate(self) -> None:
-            earned = validate(validation, factor, learned)
-            ratio = float(np.mean(earned / rule))
-            curve.append((self.num_timesteps, ratio))
-            self.logger.record("validation/x_rule", ratio)
-            self.logger.record("validation/x_planner", float(np.mean(earned / planner)))
-            self.logger.record("validation/x_best_fixed", float(np.mean(earned / fixed_best)))
-            self.logger.record("perf/steps_per_s", self.num_timesteps / max(time.perf_counter() - self.started, 1e-9))
-            if ratio > self.best:
-                self.best = ratio
-                self.model.save(run / "best_model")
-                write_text_atomically(run / "best.json", json.dumps({"num_timesteps": self.num_timesteps, "x_rule": ratio}) + "\n")
-
-        def _on_training_start(self) -> None:
-            # The warm start is exported first, so that it can be evaluated while PPO trains.
-            export_scorer(self.model.policy, run / WARM_START_FILE, {**metadata, STEPS_KEY: "0"})
-            self.started = time.perf_counter()
-            self._evaluate()  # the warm start: the rule itself (up to ties)
-            self.next_at = config.eval_freq
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps >= self.next_at:
-                self._evaluate()
-                self.next_at += config.eval_freq
-            return True
+        earned = validate(validation, factor, learned)
+        ratio = float(np.mean(earned / rule))
+        curve.append((steps, ratio))
+        logger.record("validation/x_rule", ratio)
+        logger.record("validation/x_planner", float(np.mean(earned / planner)))
+        logger.record("validation/x_best_fixed", float(np.mean(earned / fixed_best)))
+        return ratio
 
     started = time.perf_counter()
-    callbacks = [Validation()] + ([PairedAdvantages(train, factor, choice.paired_horizon)] if choice.advantages == "paired" else [])
+    callbacks = [PeriodicValidation(run, config.eval_freq, metadata, evaluate)] + ([PairedAdvantages(train, factor, choice.paired_horizon)] if choice.advantages == "paired" else [])
     model.learn(config.total_timesteps, callback=callbacks, progress_bar=config.progress_bar)
     seconds = time.perf_counter() - started
     model.save(run / "final_model")
@@ -283,6 +250,62 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
     write_text_atomically(run / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot_curve(curve, planner, fixed_best, rule, run / "learning_curve.png", model.logger)
     return run
+
+
+def scorer_model(config: ChoiceRunConfig, venv: Any, run: Path, normalize_advantage: bool, policy_kwargs: dict[str, Any]) -> Any:
+    """MaskablePPO with :class:`~rlsched.agents.ppo.candidate_policy.CandidateScorerPolicy` on
+    ``venv``, set from ``config.ppo``, logging to ``run/tb``. Pass ``learn_prior: False`` in
+    ``policy_kwargs`` unless PPO may move every state at once toward or away from the prior."""
+    from sb3_contrib import MaskablePPO
+
+    from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
+
+    p = config.ppo
+    return MaskablePPO(CandidateScorerPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
+                       n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef,
+                       vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=config.seed, device="cpu", tensorboard_log=str(run / "tb"),
+                       normalize_advantage=normalize_advantage, policy_kwargs=policy_kwargs)
+
+
+class PeriodicValidation(BaseCallback):
+    """Validates a choice policy at the start of training (the warm start, exported first to
+    ``run/warm_start.onnx`` so that it can be evaluated while PPO trains) and every
+    ``eval_freq`` steps; logs to TensorBoard, saves a checkpoint per validation and keeps the
+    best model (``run/best_model``, ``run/best.json``).
+
+    :param evaluate: ``evaluate(model, num_timesteps, logger) -> score`` (higher is better);
+        it records its own figures, this callback the speed and the dump
+    """
+
+    def __init__(self, run: Path, eval_freq: int, metadata: dict[str, str], evaluate: Any) -> None:
+        super().__init__()
+        self.run, self.eval_freq, self.metadata, self.evaluate = run, eval_freq, metadata, evaluate
+        (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+        self.best = -np.inf
+        self.next_at = 0
+        self.started = time.perf_counter()
+
+    def _validate(self) -> None:
+        score = self.evaluate(self.model, self.num_timesteps, self.logger)
+        self.logger.record("perf/steps_per_s", self.num_timesteps / max(time.perf_counter() - self.started, 1e-9))
+        self.logger.dump(self.num_timesteps)
+        self.model.save(self.run / "checkpoints" / f"model_{self.num_timesteps}_steps")
+        if score > self.best:
+            self.best = score
+            self.model.save(self.run / "best_model")
+            write_text_atomically(self.run / "best.json", json.dumps({"num_timesteps": self.num_timesteps, "score": score}) + "\n")
+
+    def _on_training_start(self) -> None:
+        export_scorer(self.model.policy, self.run / WARM_START_FILE, {**self.metadata, STEPS_KEY: "0"})
+        self.started = time.perf_counter()
+        self._validate()
+        self.next_at = self.eval_freq
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self.next_at:
+            self._validate()
+            self.next_at += self.eval_freq
+        return True
 
 
 class PairedAdvantages(BaseCallback):
