@@ -14,12 +14,14 @@ eval`` the solve runs at once, so that episodes replay (the report counts it apa
 ``library_solves``, ``library_solve_ms``); in the daemon (:attr:`CandidatePpo.background_solves`)
 on a worker thread, and the decision never waits for it.
 
-Spec: ``candidate-ppo:PATH`` (an .onnx file, or a training run folder's ``policy.onnx``).
+Spec: ``candidate-ppo`` (the shipped file, :data:`SHIPPED_CANDIDATE_POLICY`) or
+``candidate-ppo:PATH`` (an .onnx file, or a training run folder's ``policy.onnx``).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -35,6 +37,8 @@ from rlsched.errors import ConfigError
 CANDIDATE_CHOICE_KIND = "candidate-ppo"
 #: Metadata key of the PPO steps the file's network was trained for (0: the warm start).
 STEPS_KEY = "num_timesteps"
+#: The shipped candidate-choice policy (``candidate-ppo`` alone; its model card is the README beside it).
+SHIPPED_CANDIDATE_POLICY = Path(__file__).parent / "policies" / "candidate" / "policy.onnx"
 
 
 class CandidatePpo(Policy):
@@ -50,7 +54,8 @@ class CandidatePpo(Policy):
 
     def __init__(self, spec: str) -> None:
         self.path, self.session, meta = open_choice_policy(spec, CANDIDATE_CHOICE_KIND, CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES),
-                                                           "rlsched train --config configs/train/candidate_ppo.yaml --out runs/NAME makes one")
+                                                           "rlsched train --config configs/train/candidate_ppo.yaml --out runs/NAME makes one",
+                                                           shipped=SHIPPED_CANDIDATE_POLICY)
         try:
             self.num_timesteps = int(json.loads(meta.get(STEPS_KEY, "")))
         except (ValueError, TypeError):

@@ -175,16 +175,19 @@ def resolve_policy_path(spec: str) -> Path:
     return path
 
 
-def open_choice_policy(spec: str, kind: str, observation_width: int, how_to_make: str) -> tuple[Path, Any, dict[str, str]]:
-    """A choice-policy file (``hedge-ppo``, ``candidate-ppo``) named ``KIND:FILE.onnx`` or
-    ``KIND:RUN_DIR`` (its ``policy.onnx``): (path, onnxruntime session, metadata). A
-    :class:`ConfigError` names the spec or file and what is wrong: not of that ``kind``, not
-    loadable, or an observation of another width than this rlsched builds (``how_to_make``
-    tells how to get a file where none is named)."""
+def open_choice_policy(spec: str, kind: str, observation_width: int, how_to_make: str,
+                       shipped: Path | None = None) -> tuple[Path, Any, dict[str, str]]:
+    """A choice-policy file (``hedge-ppo``, ``candidate-ppo``) named ``KIND:FILE.onnx``,
+    ``KIND:RUN_DIR`` (its ``policy.onnx``) or ``KIND`` alone (the ``shipped`` file): (path,
+    onnxruntime session, metadata). A :class:`ConfigError` names the spec or file and what is
+    wrong: not of that ``kind``, not loadable, or an observation of another width than this
+    rlsched builds (``how_to_make`` tells how to get a file where none is named or shipped)."""
     import onnxruntime
 
     prefix, colon, rest = spec.partition(":")
-    if prefix != kind or not colon or not rest:
+    if spec == kind and shipped is not None:
+        rest = str(shipped)
+    elif prefix != kind or not colon or not rest:
         raise ConfigError("--policies", "policy", spec, f"expected {kind}:PATH (an .onnx file or a training run folder; {how_to_make})")
     path = Path(rest) / "policy.onnx" if Path(rest).is_dir() else Path(rest)
     if not path.exists():

@@ -94,7 +94,7 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
     with pytest.raises(ConfigError, match="no such"):
         make_policy(f"candidate-ppo:{tmp_path / 'missing.onnx'}")
     with pytest.raises(ConfigError, match="rlsched train --config configs/train/candidate_ppo.yaml"):
-        make_policy("candidate-ppo")
+        make_policy("candidate-ppo:")
     relabelled = onnx.load(str(run / "policy.onnx"))
     for prop in relabelled.metadata_props:
         if prop.key == "kind":
@@ -157,3 +157,27 @@ def test_a_background_solve_joins_the_library_after_it_is_done():
     library.refresh()
     assert library.solves == seeded + 1 and not library.running
     assert Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib).plan(windows).configuration in library.configurations
+
+
+SUITE = sorted((Path(__file__).parents[1] / "configs" / "scenarios" / "suite").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("scenario", SUITE, ids=[p.stem for p in SUITE])
+def test_the_shipped_file_decides_on_every_suite_scenario(scenario):
+    """``candidate-ppo`` (the shipped file) runs on every node shape of the suite (1-2 GPUs,
+    A100 and H100, 4-8 tenants): its first decisions are valid configurations of that node,
+    and it records its PPO steps."""
+    from rlsched.agents.candidate_ppo import SHIPPED_CANDIDATE_POLICY
+
+    assert SHIPPED_CANDIDATE_POLICY.exists()
+    env = GpuShareEnv(str(scenario))
+    policy = make_policy("candidate-ppo")
+    observation, _ = env.reset(seed=0)
+    policy.reset(env)
+    assert policy.report["ppo_steps"] > 0  # the shipped network has PPO updates after its warm start
+    for _ in range(3):
+        running = env.current
+        decision = policy.act(observation, env)
+        assert not decision.problems(env.tenant_names)
+        assert decision == running or decision in policy.library.configurations  # keep, or one of the planner's solutions
+        observation, _, _, _, _ = apply(env, decision)

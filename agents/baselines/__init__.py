@@ -38,7 +38,7 @@ def make_policy(name: str) -> Policy:
 
         return CandidatePpo(name)
     if name not in POLICIES:
-        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, hedge-ppo:PATH, candidate-ppo:PATH, or all)")
+        raise ConfigError("--policies", "policy", name, f"unknown policy (allowed: {', '.join(POLICIES)}, ppo, ppo:PATH, ppo@P, hedge-ppo:PATH, candidate-ppo, candidate-ppo:PATH, or all)")
     return POLICIES[name]()
 
 
