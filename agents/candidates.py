@@ -16,7 +16,7 @@ Where the library comes from:
   shape is likely to see, whatever its traffic;
 - while running, a forecast whose rates fall in a bin (:data:`FORECAST_BIN_RATIO`) no
   solution was made for asks the planner for one; it joins the library at the next decision
-  (:meth:`CandidateLibrary.refresh`), so the decision itself never uses the MILP's answer.
+  (:meth:`CandidateLibrary.refresh`), so no decision waits for the MILP.
 
 Where the solve runs: in evaluation and training, at once, in the decision's own time (so an
 episode is reproducible; the report counts the solves' time apart). With ``background=True``

@@ -53,7 +53,7 @@ class CandidateObserver:
     """What a candidate-choice policy sees and can choose, one decision at a time: the
     candidate library of a node, its valuing under three forecasts, the offered slots and
     their features. The training environment (:class:`CandidateChoiceEnv`) and the deployed
-    policy (:class:`~rlsched.agents.candidate_policy.CandidatePpo`) both observe through it, so
+    policy (:class:`~rlsched.agents.candidate_ppo.CandidatePpo`) both observe through it, so
     a trained network meets in deployment exactly the features it was trained on.
 
     :param env: the node (any scenario, node shape and GPU type), already reset

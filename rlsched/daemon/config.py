@@ -34,7 +34,8 @@ class DaemonConfig:
         that measured best on held-out traffic and node shapes; on a real node, where rlsched
         starts no priority-fill scheduler, MPS only: ``migrator-queue`` with a request log,
         ``migrator-hedge-mps`` without), ``ppo`` (``ppo@P``: overriding the policy file's planner-takeover
-        probability with P) or a baseline name
+        probability with P), ``candidate-ppo`` (the shipped file for any node; ``candidate-ppo:PATH``
+        another; its library's solves run beside the loop) or a baseline name
     :param policy_path: ONNX file of the ``ppo`` policy (None: the shipped one)
     :param fallback_policy: the planner used whenever the policy cannot be trusted
     :param cycles: decision cycles to run (None: until stopped)
