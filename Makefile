@@ -42,7 +42,8 @@ demo: install
 	@echo "plot of each policy's layout timeline and Goodput: demo-eval.png"
 
 test: install
-	$(BIN)/python -m pytest -q -n auto
+	# worksteal: idle workers take queued tests from busy ones (8.5 -> 6 minutes on 2 cores, stop 56)
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 # The tiny RLlib training run (marked rllib) and the engine-independent tests, with ray installed.
 test-distributed: install-distributed
