@@ -105,7 +105,7 @@ class CandidateLibrary:
         loads = [{n: r * scale for n, r in means.items()} for scale in JOINT_RATE_SCALES]
         loads += [{n: r * (scale if n == one else 1.0) for n, r in means.items()} for one in means for scale in SINGLE_TENANT_RATE_SCALES]
         for rates in loads:
-            self.pending.append(self._solve([rates] * windows_count))
+            self.pending.append(self._solve([rates] * windows_count, self.env.current))
         self.refresh()
 
     def request(self, windows: Windows) -> None:
@@ -114,7 +114,7 @@ class CandidateLibrary:
         if key not in self.seen_bins:
             self.seen_bins.add(key)
             if self.worker is None:
-                self.pending.append(self._solve(windows))
+                self.pending.append(self._solve(windows, self.env.current))
             else:
                 self.running.append(self.worker.submit(self._solve, list(windows), self.env.current))
 
@@ -136,14 +136,14 @@ class CandidateLibrary:
         cost[0] = 0.0
         return ScoredCandidates(candidates, value, cost)
 
-    def _solve(self, windows: Windows, running: Configuration | None = None) -> Configuration:
+    def _solve(self, windows: Windows, running: Configuration | None) -> Configuration:
         """The planner's configuration for ``windows``; ``running``: the node's configuration
-        when the solve was asked for (default: now)."""
+        when the solve was asked for."""
         started = time.perf_counter()
         # An entry is the best configuration for its load, not the best move from the running
         # one (the scoring prices the move); a node of several GPUs is still planned from the
         # running one (one MILP per GPU: the joint MILP over symmetric GPUs takes seconds).
-        current = None if self.env.scenario.gpu_count == 1 else (running or self.env.current)
+        current = None if self.env.scenario.gpu_count == 1 else running
         configuration = self.solver.plan(list(windows), current).configuration
         self.solves += 1
         self.solve_ms += (time.perf_counter() - started) * 1e3

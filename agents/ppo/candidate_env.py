@@ -212,10 +212,9 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         assert self.observer is not None
-        rule = self.observer.planner_choice()
         chosen = self.observer.configuration(int(action))
-        departs = chosen != self.observer.configuration(rule)
-        advantage = self.paired_advantage(chosen, self.observer.configuration(rule)) if self.paired_horizon and departs else 0.0
+        planned = self.observer.configuration(self.observer.planner_choice())
+        advantage = self.paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
         # a masked slot keeps the running configuration (MaskablePPO never picks one; a plain policy may)
         _, reward, terminated, truncated, info = self.env.step_configuration(chosen)
         info["paired_advantage"] = advantage
