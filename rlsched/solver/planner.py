@@ -630,6 +630,19 @@ class Planner:
                 wait += o.destroy_s
         return wait
 
+    def _tenant_terms(self, t: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float, batch: int,
+                      mode: SharingMode, sharing: int | None, value: float, held: float | None, windows: Sequence[Rates],
+                      rate_cv: Rates | None) -> tuple[float, float, float]:
+        """(value less its SLO guard's charge, reconfiguration cost, payback hurdle) of tenant
+        ``t`` placed in ``gi`` on GPU g, worth ``value`` there (:meth:`assess_many`'s terms)."""
+        share = mps_pct if mode == SharingMode.MPS else 100.0
+        profile = gi.profile if gi else None
+        guard = self.slo_guard_cost(t, profile, share, batch, self.interval_s * len(windows), sharing, rate_cv) if mode == SharingMode.MPS else 0.0
+        cost = self._reconfiguration(t, current, g, gi, mps_pct, value, windows, self.memory_gib(t.name, batch),
+                                     held if self.scenario.make_before_break else None, self.drain(t, profile, share, batch, sharing), mode)
+        hurdle = 0.0 if self.unchanged(t.name, current, g, gi, mps_pct, mode) else self.payback_hurdle(cost, held, t.name, current)
+        return value - guard, cost, hurdle
+
     def _reconfiguration(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None,
                          mps_pct: float, value: float, rates: Sequence[Rates], memory_gib: float = 0.0, held_value: float | None = None,
                          drain: tuple[float, float] | None = None, mode: SharingMode = SharingMode.MPS) -> float:
@@ -1193,6 +1206,10 @@ class Planner:
         # What the tenants hold now matters only to make-before-break and the payback hurdle.
         needs_held = current is not None and (self.scenario.make_before_break or self.payback_margin)
         held_values = self.configuration_values(current, windows, accuracy, rate_cv, options) if needs_held else {}
+        # A tenant's terms depend on the running configuration (fixed here) and on its own
+        # placement, co-runner count and value only; library candidates share most tenants'
+        # placements (a multi-GPU node's solutions differ on a few GPUs), so each is computed once.
+        terms: dict[tuple, tuple[float, float, float]] = {}
         results = []
         for configuration in configurations:
             values = self.configuration_values(configuration, windows, accuracy, rate_cv, options)
@@ -1202,17 +1219,14 @@ class Planner:
                 layout = configuration.layouts[p.gpu_index]
                 gi = layout.instances[p.instance_index] if len(layout) else None
                 mode = configuration.modes[p.gpu_index][p.instance_index]
-                share = float(p.mps_pct) if mode == SharingMode.MPS else 100.0
-                value += values[t.name]
-                if mode == SharingMode.MPS:
-                    value -= self.slo_guard_cost(t, gi.profile if gi else None, share, p.batch_size, self.interval_s * len(windows),
-                                                 self.sharing(configuration, t.name), rate_cv)
-                held = held_values.get(t.name)
-                c = self._reconfiguration(t, current, p.gpu_index, gi, float(p.mps_pct), values[t.name], windows, self.memory_gib(t.name, p.batch_size),
-                                          held if self.scenario.make_before_break else None,
-                                          self.drain(t, gi.profile if gi else None, share, p.batch_size, self.sharing(configuration, t.name)), mode)
+                sharing = self.sharing(configuration, t.name)
+                key = (t.name, p.gpu_index, gi, float(p.mps_pct), p.batch_size, mode, sharing, values[t.name])
+                if key not in terms:
+                    terms[key] = self._tenant_terms(t, current, p.gpu_index, gi, float(p.mps_pct), p.batch_size, mode, sharing,
+                                                    values[t.name], held_values.get(t.name), windows, rate_cv)
+                v, c, h = terms[key]
+                value += v
                 cost += c
-                if not self.unchanged(t.name, current, p.gpu_index, gi, float(p.mps_pct), mode):
-                    hurdle += self.payback_hurdle(c, held, t.name, current)
+                hurdle += h
             results.append((value, cost, hurdle))
         return results
