@@ -48,6 +48,15 @@ SINGLE_TENANT_RATE_SCALES: tuple[float, ...] = (0.25, 3.0)
 FORECAST_BIN_RATIO = 1.3
 #: Rates below this count as this, requests/s (the log bins need a positive rate).
 MIN_BINNED_RATE_RPS = 1e-3
+#: Most entries a library holds. Unbounded, it grows with every new load bin, and every
+#: decision values all of it: 51 entries after a one-hour `default` episode, and one more
+#: every decision on 8 GPUs / 32 tenants (a new bin each time), so a daemon's decisions would
+#: slow down without end. Past the bound the entry longest out of use is dropped (its loads
+#: are solved again if they come back). 64 measured on the held-out suite, seeds 0-1
+#: (library planner): 24 and 32 lost 1.2-2.4% on heldout-deploy, 64 nothing anywhere.
+MAX_LIBRARY_ENTRIES = 64
+#: An entry ranked this high (by the planner's objective) under a forecast is in use.
+IN_USE_RANK = 3
 
 Windows = Sequence[Mapping[str, float]]
 
@@ -89,7 +98,12 @@ class CandidateLibrary:
         self.env = env
         self.planner = planner
         self.configurations: list[Configuration] = []
-        self.pending: list[Configuration] = []
+        #: Per entry of :attr:`configurations`: the load bins it was solved for (seed loads: none),
+        #: and the decision it last ranked in the top :data:`IN_USE_RANK` under a forecast.
+        self.bins: list[set[tuple[int, ...]]] = []
+        self.last_used: list[int] = []
+        self.decisions = 0
+        self.pending: list[tuple[Configuration, tuple[int, ...] | None]] = []
         self.seen_bins: set[tuple[int, ...]] = set()
         self.solves = 0
         self.solve_ms = 0.0
@@ -97,7 +111,7 @@ class CandidateLibrary:
         # The worker solves with its own planner: the decision loop values candidates with
         # ``planner`` (and fills its caches) meanwhile.
         self.solver = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib) if background else planner
-        self.running: list[Future[Configuration]] = []
+        self.running: list[tuple[Future[Configuration], tuple[int, ...]]] = []
 
     def seed(self, windows_count: int) -> None:
         """Solve the seed loads (see the module docstring), each held over ``windows_count`` windows."""
@@ -105,36 +119,77 @@ class CandidateLibrary:
         loads = [{n: r * scale for n, r in means.items()} for scale in JOINT_RATE_SCALES]
         loads += [{n: r * (scale if n == one else 1.0) for n, r in means.items()} for one in means for scale in SINGLE_TENANT_RATE_SCALES]
         for rates in loads:
-            self.pending.append(self._solve([rates] * windows_count, self.env.current))
+            self.pending.append((self._solve([rates] * windows_count, self.env.current), None))
         self.refresh()
 
     def request(self, windows: Windows) -> None:
         """Ask for the planner's solution of ``windows`` if its bin is new (joins at :meth:`refresh`)."""
-        key = tuple(round(math.log(max(r, MIN_BINNED_RATE_RPS)) / math.log(FORECAST_BIN_RATIO)) for r in windows[0].values())
+        key = self.bin_of(windows)
         if key not in self.seen_bins:
             self.seen_bins.add(key)
             if self.worker is None:
-                self.pending.append(self._solve(windows, self.env.current))
+                self.pending.append((self._solve(windows, self.env.current), key))
             else:
-                self.running.append(self.worker.submit(self._solve, list(windows), self.env.current))
+                self.running.append((self.worker.submit(self._solve, list(windows), self.env.current), key))
+
+    @staticmethod
+    def bin_of(windows: Windows) -> tuple[int, ...]:
+        """The load bin of a forecast: its first window's rates, binned by :data:`FORECAST_BIN_RATIO`."""
+        return tuple(round(math.log(max(r, MIN_BINNED_RATE_RPS)) / math.log(FORECAST_BIN_RATIO)) for r in windows[0].values())
 
     def refresh(self) -> None:
-        """Add the solutions done so far to the library (a background solve still running joins later)."""
-        for future in [f for f in self.running if f.done()]:
-            self.running.remove(future)
-            self.pending.append(future.result())  # a solve that raised raises here, in the decision loop
-        for configuration in self.pending:
+        """Start a decision: add the solutions done so far to the library (a background solve
+        still running joins later), then drop the entries longest out of use beyond
+        :data:`MAX_LIBRARY_ENTRIES`."""
+        self.decisions += 1
+        for future, key in [r for r in self.running if r[0].done()]:
+            self.running.remove((future, key))
+            self.pending.append((future.result(), key))  # a solve that raised raises here, in the decision loop
+        for configuration, key in self.pending:
             if configuration not in self.configurations:
                 self.configurations.append(configuration)
+                self.bins.append(set())
+                self.last_used.append(self.decisions)
+            if key is not None:
+                self.bins[self.configurations.index(configuration)].add(key)
         self.pending = []
+        while len(self.configurations) > MAX_LIBRARY_ENTRIES:
+            index = int(np.argmin(self.last_used))  # the oldest on ties
+            self.seen_bins -= self.bins[index]
+            del self.configurations[index], self.bins[index], self.last_used[index]
 
-    def score(self, windows: Windows, current: Configuration, accuracy: Mapping[str, float]) -> ScoredCandidates:
-        """The running configuration and every library entry, valued at ``windows``."""
-        candidates = [current] + [c for c in self.configurations if c != current]
-        assessed = self.planner.assess_many(candidates, windows, current, accuracy)
+    def score(self, windows: Windows, current: Configuration, accuracy: Mapping[str, float], record_use: bool = True) -> ScoredCandidates:
+        """The running configuration and every library entry, valued at ``windows``.
+
+        :param record_use: mark the entries ranked in the top :data:`IN_USE_RANK` as in use
+            (False for a look that is not the node's decision, e.g. a training branch)
+        """
+        return self.score_forecasts([windows], current, accuracy, record_use)[0]
+
+    def score_forecasts(self, forecasts: Sequence[Windows], current: Configuration, accuracy: Mapping[str, float],
+                        record_use: bool = True) -> list[ScoredCandidates]:
+        """:meth:`score` at each forecast, the options valued at all of them at once."""
+        entries = [i for i, c in enumerate(self.configurations) if c != current]
+        candidates = [current] + [self.configurations[i] for i in entries]
+        scored = [self._scored(candidates, assessed) for assessed in self.planner.assess_forecasts(candidates, forecasts, current, accuracy)]
+        if record_use:
+            # Candidate 0 is the running configuration: its entry, if it has one, is in use too.
+            owners = [self.configurations.index(current) if current in self.configurations else None] + entries
+            for s in scored:
+                for candidate in np.argsort(-s.objective, kind="stable")[:IN_USE_RANK]:
+                    if owners[candidate] is not None:
+                        self.last_used[owners[candidate]] = self.decisions
+        return scored
+
+    def value(self, candidates: Sequence[Configuration], windows: Windows, accuracy: Mapping[str, float]) -> ScoredCandidates:
+        """``candidates`` valued at ``windows``; the first is the running configuration."""
+        return self._scored(candidates, self.planner.assess_many(candidates, windows, candidates[0], accuracy))
+
+    @staticmethod
+    def _scored(candidates: Sequence[Configuration], assessed: Sequence[tuple[float, float, float]]) -> ScoredCandidates:
         value, cost = (np.array([a[k] for a in assessed], dtype=float) for k in (0, 1))
         cost[0] = 0.0
-        return ScoredCandidates(candidates, value, cost)
+        return ScoredCandidates(list(candidates), value, cost)
 
     def _solve(self, windows: Windows, running: Configuration | None) -> Configuration:
         """The planner's configuration for ``windows``; ``running``: the node's configuration

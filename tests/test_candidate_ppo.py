@@ -153,7 +153,8 @@ def test_a_background_solve_joins_the_library_after_it_is_done():
     windows = [{t.name: t.arrivals.mean_rate_rps() * 7.0 for t in env.scenario.inference_tenants()}] * MIGRATOR_LOOKAHEAD
     library.request(windows)
     assert len(library.running) == 1
-    library.running[0].result(timeout=60)  # wait here, as the next decision would not
+    future, _ = library.running[0]
+    future.result(timeout=60)  # wait here, as the next decision would not
     library.refresh()
     assert library.solves == seeded + 1 and not library.running
     assert Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib).plan(windows).configuration in library.configurations

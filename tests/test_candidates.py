@@ -52,6 +52,42 @@ def test_a_new_load_joins_at_the_next_refresh_and_is_solved_once(library):
     assert library.pending == [] and len(library.configurations) >= size
 
 
+def test_the_library_is_bounded_and_an_entry_dropped_for_room_is_solved_again(library, monkeypatch):
+    import rlsched.agents.candidates as candidates
+
+    monkeypatch.setattr(candidates, "MAX_LIBRARY_ENTRIES", 3)
+    means = {t.name: t.arrivals.mean_rate_rps() for t in library.env.scenario.inference_tenants()}
+    resnet, bert = means  # the tiny node's two services
+
+    def load(a: float, b: float) -> list[dict[str, float]]:
+        return [{resnet: means[resnet] * a, bert: means[bert] * b}] * MIGRATOR_LOOKAHEAD
+
+    loads = [load(0.1, 4.0), load(4.0, 0.1), load(0.05, 0.05), load(6.0, 6.0)]  # four new bins, each a different configuration
+    for windows in loads:  # one decision each
+        library.request(windows)
+        library.refresh()
+        assert len(library.configurations) <= 3
+        assert library.seen_bins == set().union(*library.bins)  # a bin asked for is held by an entry, or forgotten
+    assert len(library.bins) == len(library.last_used) == len(library.configurations)
+    first = loads[0]
+    assert CandidateLibrary.bin_of(first) not in library.seen_bins  # dropped for room (never ranked in use)
+    solves = library.solves
+    library.request(first)
+    assert library.solves == solves + 1  # asked again, solved again
+
+
+def test_only_a_decision_marks_library_entries_in_use(library):
+    env = library.env
+    library.refresh()
+    marks = list(library.last_used)
+    library.score(_windows(library, 1.0), env.current, {}, record_use=False)  # e.g. a training branch's look
+    assert library.last_used == marks
+    scored = library.score(_windows(library, 1.0), env.current, {})
+    top = [repr(scored.configurations[i]) for i in np.argsort(-scored.objective, kind="stable")[:3]]
+    marked = [repr(c) for c, used in zip(library.configurations, library.last_used, strict=True) if used == library.decisions]
+    assert marked and set(marked) <= set(top)
+
+
 def test_scores_put_the_running_configuration_first_at_no_cost_and_match_the_planner(library):
     env, planner = library.env, library.planner
     windows = _windows(library, 1.0)
@@ -60,6 +96,18 @@ def test_scores_put_the_running_configuration_first_at_no_cost_and_match_the_pla
     for i, configuration in enumerate(scored.configurations):
         assert (scored.value[i], scored.cost[i]) == pytest.approx(planner.evaluate(configuration, windows, env.current))
     assert scored.objective[scored.best()] == scored.objective.max()
+
+
+def test_scoring_several_forecasts_at_once_gives_each_forecast_s_own_scores(library):
+    env = library.env
+    forecasts = [_windows(library, 0.7), _windows(library, 1.9)]
+    forecasts[0][0] = {n: r * 1.4 for n, r in forecasts[0][0].items()}  # a first window apart (a backlog)
+    together = library.score_forecasts(forecasts, env.current, {}, record_use=False)
+    for joint, windows in zip(together, forecasts, strict=True):
+        alone = library.score(windows, env.current, {}, record_use=False)
+        assert joint.configurations == alone.configurations
+        assert np.array_equal(joint.value, alone.value) and np.array_equal(joint.cost, alone.cost)  # the same numbers, not close ones
+    assert not np.array_equal(together[0].value, together[1].value)
 
 
 def test_the_library_planner_runs_an_episode_on_two_node_shapes():

@@ -840,3 +840,23 @@ def test_burst_rates_hold_the_peak_and_learn_the_tenants_own_bursts():
     assert bursts.guard("resnet", 0.0, interval_s).rates_rps.max() >= 800.0
     bursts.record({"resnet": 0.0})  # ... for SLO_HOLD_S
     assert bursts.guard("resnet", 0.0, interval_s).rates_rps.max() == 0.0
+
+
+@pytest.mark.parametrize("scenario", ["train-retrain", "train-deploy"])  # a retraining job; a best-effort job
+def test_valuing_at_several_forecasts_at_once_gives_the_numbers_of_one_forecast_at_a_time(scenario):
+    """``assess_forecasts`` (one on-time table per option for every forecast) against
+    ``assess_many`` per forecast, exactly, with background jobs among the tenants, at varying
+    rates (the rate quantiles' path of the on-time table)."""
+    env = GpuShareEnv(str(Path(__file__).parents[1] / "configs" / "scenarios" / "suite" / f"{scenario}.yaml"))
+    env.reset(seed=0)
+    planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
+    means = {t.name: t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()}
+    forecasts = [[{n: r * scale for n, r in means.items()}] * 3 for scale in (0.5, 1.0, 2.5)]
+    current = planner.plan(forecasts[1]).configuration
+    configurations = [current, planner.plan(forecasts[0], current).configuration, planner.plan(forecasts[2], current).configuration]
+    assert len({repr(c) for c in configurations}) > 1
+    assert len(env.scenario.tenants) > len(means)
+    rate_cv = {n: 0.4 for n in means}
+    together = planner.assess_forecasts(configurations, forecasts, current, {}, rate_cv)
+    assert together == [planner.assess_many(configurations, windows, current, {}, rate_cv) for windows in forecasts]
+    assert together[0] != together[2]

@@ -118,20 +118,22 @@ class CandidateObserver:
         burst = {n: max(h[n] for h in self.history) for n in rates}
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         self.library.request(windows)
-        self.scored = self.library.score(windows, env.current, accuracy)
-        at_last = self.library.score(self.planner.forecast([last] * MIGRATOR_LOOKAHEAD, backlog), env.current, accuracy)
-        at_burst = self.library.score(self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog), env.current, accuracy)
-        gains = [s.objective - s.objective[0] for s in (self.scored, at_last, at_burst)]
-        self.offered = self._offer(gains)
+        self.scored, at_burst = self.library.score_forecasts([windows, self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog)], env.current, accuracy)
+        gain_ewma, gain_burst = (s.objective - s.objective[0] for s in (self.scored, at_burst))
+        self.offered = self._offer([gain_ewma, gain_burst])
+        # The last interval's rates only describe the offered slots: valuing the whole library
+        # a third time would cost a third of the decision for features of candidates never offered.
+        offered = [self.scored.configurations[i] for i in self.offered]
+        at_last = self.library.value(offered, self.planner.forecast([last] * MIGRATOR_LOOKAHEAD, backlog), accuracy)
+        gain_last = at_last.objective - at_last.objective[0]
         scale = self.reward_scale * MIGRATOR_LOOKAHEAD
-        order = np.argsort(-gains[0][self.offered], kind="stable")
+        order = np.argsort(-gain_ewma[self.offered], kind="stable")
         rank = np.empty(len(self.offered))
         rank[order] = np.arange(len(self.offered)) / max(CANDIDATES - 1, 1)
         rows = np.zeros((CANDIDATES, len(CANDIDATE_FEATURES)))
         for slot, i in enumerate(self.offered):
-            config = self.scored.configurations[i]
-            rows[slot] = (float(i == 0), gains[0][i] / scale, gains[1][i] / scale, gains[2][i] / scale,
-                          self.scored.cost[i] / scale, self.scored.value[i] / scale, rank[slot], self._moved(config, env.current))
+            rows[slot] = (float(i == 0), gain_ewma[i] / scale, gain_last[slot] / scale, gain_burst[i] / scale,
+                          self.scored.cost[i] / scale, self.scored.value[i] / scale, rank[slot], self._moved(offered[slot], env.current))
         high = [t.name for t in env.scenario.inference_tenants() if t.priority == Priority.HIGH]
         attainment = min((float(measured.get(n, {}).get("slo_attainment", 1.0)) for n in high), default=1.0)
         burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
@@ -140,7 +142,8 @@ class CandidateObserver:
         return np.clip(np.nan_to_num(observation), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)
 
     def _offer(self, gains: list[np.ndarray]) -> list[int]:
-        """Keep, then the best candidates under each forecast in turn, until :data:`CANDIDATES`."""
+        """Keep, then the best candidates under each forecast of ``gains`` (the EWMA's, the
+        burst's) in turn, until :data:`CANDIDATES`."""
         orders = [list(np.argsort(-g, kind="stable")) for g in gains]
         offered = [0]
         while len(offered) < min(CANDIDATES, len(gains[0])):
@@ -247,7 +250,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         assert self.observer is not None and self.env.current is not None
         rates, backlog, accuracy = observed_load(self.env)
         planner = self.observer.planner
-        scored = self.observer.library.score(planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog), self.env.current, accuracy)
+        scored = self.observer.library.score(planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog), self.env.current, accuracy, record_use=False)
         return scored.configurations[scored.best()]
 
     def action_masks(self) -> np.ndarray:

@@ -455,19 +455,30 @@ class Planner:
                          accuracy: float, rate_cv: float) -> tuple[float, int]:
         """(value over the lookahead, batch) of serving ``tenant`` with batch latencies
         ``latency`` (ms, index 0 = batch 1) at the best of ``levels``."""
-        best: tuple[float, float, int] | None = None
-        window_rates = np.array([r[tenant.name] for r in rates], dtype=float)
-        requests = window_rates * self.interval_s
-        total_requests = float(requests.sum())
-        # The terms are linear in the request counts: one call per level values every window.
-        on_time = self.on_time_table(tenant, window_rates, latency, levels, rate_cv) @ requests
-        for b, on in zip(levels, on_time.tolist(), strict=True):
-            value = goodput_terms(self.weights, tenant.priority.value, on, accuracy, violated=total_requests - on).total
-            key = (value, b * 1000.0 / float(latency[b - 1]), b)
-            if best is None or key[:2] > best[:2]:
-                best = key
-        assert best is not None
-        return best[0], best[2]
+        return self._inference_values(tenant, latency, levels, [rates], accuracy, rate_cv)[0]
+
+    def _inference_values(self, tenant: InferenceTenant, latency: np.ndarray, levels: Sequence[int], forecasts: Sequence[Sequence[Rates]],
+                          accuracy: float, rate_cv: float) -> list[tuple[float, int]]:
+        """:meth:`_inference_value` at each forecast (windows of rates), from one on-time table
+        over all their windows (its columns are independent: the same numbers as one call each)."""
+        window_rates = [np.array([r[tenant.name] for r in rates], dtype=float) for rates in forecasts]
+        table = self.on_time_table(tenant, np.concatenate(window_rates), latency, levels, rate_cv)
+        results, start = [], 0
+        for rates_rps in window_rates:
+            requests = rates_rps * self.interval_s
+            total_requests = float(requests.sum())
+            # The terms are linear in the request counts: one product per level values every window.
+            on_time = np.ascontiguousarray(table[:, start:start + len(rates_rps)]) @ requests
+            start += len(rates_rps)
+            best: tuple[float, float, int] | None = None
+            for b, on in zip(levels, on_time.tolist(), strict=True):
+                value = goodput_terms(self.weights, tenant.priority.value, on, accuracy, violated=total_requests - on).total
+                key = (value, b * 1000.0 / float(latency[b - 1]), b)
+                if best is None or key[:2] > best[:2]:
+                    best = key
+            assert best is not None
+            results.append((best[0], best[2]))
+        return results
 
     def _work_rate(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None,
                    colocated: tuple[CoRunner, ...] | None = None) -> float:
@@ -531,6 +542,15 @@ class Planner:
             return value + SHARE_TIE_BREAK * mps_pct, b
         b = self._background_batch[tenant.name] if batch is None else batch
         return self._background_value(tenant, profile, mps_pct, b, rates, accuracy, co_runners=co_runners), b
+
+    def option_values(self, tenant: Tenant, profile: str | None, mps_pct: float, forecasts: Sequence[Sequence[Rates]],
+                      accuracy: Mapping[str, float], batch: int, rate_cv: Rates | None = None, co_runners: int | None = None) -> list[float]:
+        """:meth:`option_value` of one option at ``batch``, at each forecast (windows of rates)."""
+        if isinstance(tenant, InferenceTenant):
+            values = self._inference_values(tenant, self.latency_ms(tenant, profile, mps_pct, co_runners), self._batch_levels(tenant, profile, batch),
+                                            forecasts, accuracy.get(tenant.name, tenant.accuracy), (rate_cv or {}).get(tenant.name, 0.0))
+            return [v + SHARE_TIE_BREAK * mps_pct for v, _ in values]
+        return [self._background_value(tenant, profile, mps_pct, batch, rates, accuracy, co_runners=co_runners) for rates in forecasts]
 
     def slo_guard_cost(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, horizon_s: float,
                        co_runners: int | None = None, rate_cv: Rates | None = None) -> float:
@@ -730,15 +750,21 @@ class Planner:
             if mode == SharingMode.PRIORITY_FILL:
                 filled.add((p.gpu_index, p.instance_index))
                 continue
-            layout = configuration.layouts[p.gpu_index]
-            gi = layout.instances[p.instance_index] if len(layout) else None
-            key = (name, gi.profile if gi else None, float(p.mps_pct), p.batch_size, self.sharing(configuration, name))
+            key = self._option_key(configuration, name)
             if key not in options:
                 options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, p.batch_size, rate_cv, key[4])[0]
             values[name] = options[key]
         for g, i in sorted(filled):
             values.update(self.priority_fill_values(configuration, g, i, rates, accuracy, rate_cv))
         return values
+
+    def _option_key(self, configuration: Configuration, name: str) -> tuple[str, str | None, float, int, int | None]:
+        """(tenant, GI profile, share, batch, co-runner count) of tenant ``name``'s MPS placement:
+        what its option value depends on, at given rates."""
+        p = configuration.placements[name]
+        layout = configuration.layouts[p.gpu_index]
+        gi = layout.instances[p.instance_index] if len(layout) else None
+        return name, gi.profile if gi else None, float(p.mps_pct), p.batch_size, self.sharing(configuration, name)
 
     def measured_values(self, configuration: Configuration, rates: Sequence[Rates], accuracy: Mapping[str, float],
                         measured: Mapping[str, tuple[float, float]], rate_cv: Rates | None = None) -> dict[str, float]:
@@ -1195,14 +1221,32 @@ class Planner:
         less the SLO guards' charges of MPS placements (:meth:`slo_guard_cost`)."""
         return self.assess_many([configuration], rates, current, accuracy, rate_cv)[0]
 
+    def assess_forecasts(self, configurations: Sequence[Configuration], forecasts: Sequence[Sequence[Rates]], current: Configuration | None = None,
+                         accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[list[tuple[float, float, float]]]:
+        """:meth:`assess_many` at each of several forecasts (windows of rates): every MPS option
+        the configurations place is valued at all the forecasts in one vectorised call."""
+        accuracy = dict(accuracy or {})
+        options: list[dict[tuple, float]] = [{} for _ in forecasts]
+        keys = {self._option_key(c, name) for c in [*configurations, *([current] if current is not None else [])]
+                for name, p in c.placements.items() if c.modes[p.gpu_index][p.instance_index] != SharingMode.PRIORITY_FILL}
+        for key in keys:
+            name, profile, mps_pct, batch, sharing = key
+            for k, value in enumerate(self.option_values(self.scenario.tenant(name), profile, mps_pct, forecasts, accuracy, batch, rate_cv, sharing)):
+                options[k][key] = value
+        return [self.assess_many(configurations, windows, current, accuracy, rate_cv, options[k]) for k, windows in enumerate(forecasts)]
+
     def assess_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
-                    accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[tuple[float, float, float]]:
+                    accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None,
+                    options: dict[tuple, float] | None = None) -> list[tuple[float, float, float]]:
         """:meth:`assess` of each configuration from the same running one at the same rates
         (a choice among candidates): the running configuration's values are computed once,
-        and an MPS option the candidates share is valued once."""
+        and an MPS option the candidates share is valued once.
+
+        :param options: MPS option values already computed at these rates (:meth:`configuration_values`)
+        """
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
-        options: dict[tuple, float] = {}
+        options = {} if options is None else options
         # What the tenants hold now matters only to make-before-break and the payback hurdle.
         needs_held = current is not None and (self.scenario.make_before_break or self.payback_margin)
         held_values = self.configuration_values(current, windows, accuracy, rate_cv, options) if needs_held else {}
