@@ -1,12 +1,13 @@
 """``candidate-ppo``: a trained network chooses the node's configuration among candidates.
 
 Every interval the node's :class:`~rlsched.agents.ppo.candidate_env.CandidateObserver` values
-the running configuration and the candidate library (the planner's own solutions) under three
-forecasts and offers up to :data:`~rlsched.agents.ppo.candidate_env.CANDIDATES` of them; the
-network of a candidate-choice policy file (``rlsched train --config
-configs/train/candidate_ppo.yaml``) scores the offered slots with shared weights and the node
-applies the best-scored one. The observation holds only ratios and fractions, so one file runs
-on any node: any number of GPUs and tenants, any MIG-capable GPU type.
+the running configuration and the candidate library (the planner's own solutions, at most
+:data:`~rlsched.agents.candidates.MAX_LIBRARY_ENTRIES`) under two forecasts and offers up to
+:data:`~rlsched.agents.ppo.candidate_env.CANDIDATES` of them; the network of a
+candidate-choice policy file (``rlsched train --config configs/train/candidate_ppo.yaml``)
+scores the offered slots with shared weights and the node applies the best-scored one. The
+observation holds only ratios and fractions, so one file runs on any node: any number of GPUs
+and tenants, any MIG-capable GPU type.
 
 No simulation and no MILP solve runs on the decision path: a load the library has no solution
 for asks the planner for one, which joins the library at a later decision. In ``rlsched

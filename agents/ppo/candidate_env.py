@@ -3,8 +3,9 @@
 :class:`CandidateChoiceEnv` wraps ``rlsched/GpuShare-v0``. Every decision interval it builds
 the candidates of :class:`~rlsched.agents.candidates.CandidateLibrary` (the running
 configuration and the planner's own solutions), keeps the :data:`CANDIDATES` most promising
-under three forecasts, and describes each by what the planner's model predicts for it
-(:data:`CANDIDATE_FEATURES`), relative to keeping the running one. The action is the index of
+under two forecasts (the planner's EWMA and the recent burst), and describes each by what the
+planner's model predicts for it (:data:`CANDIDATE_FEATURES`, a third forecast among them: the
+last interval's rates), relative to keeping the running one. The action is the index of
 the candidate to apply (``Discrete(CANDIDATES)``, padded slots masked for MaskablePPO).
 
 Every feature is a ratio or a fraction (Goodput terms are divided by the node's requests
@@ -51,10 +52,11 @@ FEATURE_LIMIT = 10.0
 
 class CandidateObserver:
     """What a candidate-choice policy sees and can choose, one decision at a time: the
-    candidate library of a node, its valuing under three forecasts, the offered slots and
-    their features. The training environment (:class:`CandidateChoiceEnv`) and the deployed
-    policy (:class:`~rlsched.agents.candidate_ppo.CandidatePpo`) both observe through it, so
-    a trained network meets in deployment exactly the features it was trained on.
+    candidate library of a node, its valuing (the whole library under two forecasts, the
+    offered slots under a third), the offered slots and their features. The training
+    environment (:class:`CandidateChoiceEnv`) and the deployed policy
+    (:class:`~rlsched.agents.candidate_ppo.CandidatePpo`) both observe through it, so a trained
+    network meets in deployment exactly the features it was trained on.
 
     :param env: the node (any scenario, node shape and GPU type), already reset
     :param library: a library to go on with (training keeps one across episodes of one node);
@@ -118,7 +120,8 @@ class CandidateObserver:
         burst = {n: max(h[n] for h in self.history) for n in rates}
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         self.library.request(windows)
-        self.scored, at_burst = self.library.score_forecasts([windows, self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog)], env.current, accuracy)
+        at_burst_rates = self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog)
+        self.scored, at_burst = self.library.score_forecasts([windows, at_burst_rates], env.current, accuracy)
         gain_ewma, gain_burst = (s.objective - s.objective[0] for s in (self.scored, at_burst))
         self.offered = self._offer([gain_ewma, gain_burst])
         # The last interval's rates only describe the offered slots: valuing the whole library
