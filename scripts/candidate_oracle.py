@@ -42,7 +42,7 @@ def run_episode(spec: str, seed: int, every: int, horizon: int, labels: list[dic
     goodput = {}
     departures = points = 0
     for oracle in (False, True):
-        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "--scenario")), paired_horizon=horizon)
+        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "--scenario")))  # its own steps measure nothing
         observation, _ = env.reset(seed=seed)
         bar = tqdm(desc=f"{spec} seed {seed}, {'oracle' if oracle else 'planner-library'}", unit="interval",
                    disable=not progress, leave=False, file=sys.stderr)
@@ -56,7 +56,7 @@ def run_episode(spec: str, seed: int, every: int, horizon: int, labels: list[dic
                 for slot in range(len(env.offered)):
                     configuration = env.observer.configuration(slot)
                     if slot != planner_slot and configuration != planned:
-                        advantages[slot] = env.paired_advantage(configuration, planned)
+                        advantages[slot] = env.paired_advantage(configuration, planned, horizon)
                 best = max(advantages, key=advantages.__getitem__, default=planner_slot)
                 if advantages.get(best, 0.0) > 0.0:
                     action = best
@@ -64,10 +64,7 @@ def run_episode(spec: str, seed: int, every: int, horizon: int, labels: list[dic
                 if labels is not None:
                     labels.append({"scenario": spec, "seed": seed, "step": step, "observation": observation.tolist(),
                                    "planner_slot": planner_slot, "advantages": {str(k): v for k, v in advantages.items()}})
-            # The episode's own step measures nothing: the oracle's branches are above.
-            env.paired_horizon = 0
             observation, _, terminated, truncated, _ = env.step(action)
-            env.paired_horizon = horizon
             done = terminated or truncated
             step += 1
             bar.update()

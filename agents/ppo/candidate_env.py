@@ -226,11 +226,11 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         info["paired_advantage"] = advantage
         return self.observer.observe(), float(reward) / self.reward_scale, terminated, truncated, info
 
-    def paired_advantage(self, chosen: Configuration, rule: Configuration) -> float:
+    def paired_advantage(self, chosen: Configuration, rule: Configuration, horizon: int | None = None) -> float:
         """What applying ``chosen`` instead of ``rule`` (the library planner's choice) earns, in
         the node's requests per interval: from the current state, one branch applies each, then
-        both follow the library planner (its library as it is now) for the rest of
-        :attr:`paired_horizon` intervals, on the same arrivals and service draws (the
+        both follow the library planner (its library as it is now) for the rest of ``horizon``
+        intervals (None: :attr:`paired_horizon`), on the same arrivals and service draws (the
         simulator's state, Generators included, is copied). The episode goes on from the state
         it was in. This is the paired baseline for input-driven environments: the traffic's
         noise cancels between the branches."""
@@ -239,7 +239,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         for first in (chosen, rule):
             self.env.restore(state)
             _, total, terminated, truncated, _ = self.env.step_configuration(first)
-            for _ in range(self.paired_horizon - 1):
+            for _ in range((self.paired_horizon if horizon is None else horizon) - 1):
                 if terminated or truncated:
                     break
                 _, reward, terminated, truncated, _ = self.env.step_configuration(self._library_choice())
