@@ -558,14 +558,27 @@ class Planner:
         at ``mps_pct`` and ``batch`` over ``horizon_s``: :data:`SLO_GUARD_PENALTY` x its
         priority weight x the requests predicted late beyond the target (0 for a tenant
         without a guard)."""
+        guarded = self.guarded_requests(tenant, profile, mps_pct, batch, horizon_s, co_runners, rate_cv)
+        if guarded is None:
+            return 0.0
+        on_time, requests = guarded
+        shortfall = max(self.slo_guards[tenant.name].target * requests - on_time, 0.0)
+        return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * shortfall
+
+    def guarded_requests(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, horizon_s: float,
+                         co_runners: int | None = None, rate_cv: Rates | None = None) -> tuple[float, float] | None:
+        """(requests predicted on time, requests) of ``tenant`` over ``horizon_s`` in a placement
+        in a GI of ``profile`` at ``mps_pct`` and ``batch``, at the rates its :class:`SloGuard`
+        holds it to, weighted by their probabilities (None: no guard). What
+        :meth:`slo_guard_cost` charges for, and what ``scripts/bench_slo_guard.py`` compares
+        with the late answers the simulator measures."""
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant):
-            return 0.0
+            return None
         latency = self.latency_ms(tenant, profile, mps_pct, co_runners)
         requests = guard.rates_rps * guard.probabilities * horizon_s
         on_time = self.on_time_table(tenant, guard.rates_rps, latency, [min(batch, tenant.max_batch)], (rate_cv or {}).get(tenant.name, 0.0))[0]
-        shortfall = max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
-        return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * shortfall
+        return float(on_time @ requests), float(requests.sum())
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
                      drain: tuple[float, float] | None = None) -> float:
