@@ -56,7 +56,7 @@ def measure(env: GpuShareEnv, seed: int, fixed=None) -> dict[str, dict[str, floa
             guarded = planner.guarded_requests(env.scenario.tenant(name), gi.profile if gi else None, float(p.mps_pct), p.batch_size,
                                                planner.interval_s * policy.lookahead, planner.sharing(decision, name), policy.spread)
             on, requests = guarded if guarded is not None else (0.0, 0.0)
-            predicted[name].append(1.0 - on / requests if requests > 0 else 0.0)
+            predicted[name].append(max(1.0 - on / requests, 0.0) if requests > 0 else 0.0)
         observation, _, _, truncated, _ = apply(env, decision)
         for name in names:
             stats = env.last_step.tenants[name]
