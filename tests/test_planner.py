@@ -819,45 +819,6 @@ def test_an_slo_guard_charges_the_requests_predicted_late_beyond_its_target(defa
     assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) == 0.0
 
 
-def test_replayed_on_time_fraction_sees_requests_that_wait_behind_their_cluster():
-    import numpy as np
-
-    from rlsched.simulator.queueing import replay_on_time_fraction
-
-    latency_ms = np.linspace(2.0, 12.0, 32)  # batch 1: 2 ms ... batch 32: 12 ms
-    # Bunches of 96 simultaneous requests every 150 ms: three full batches of 12 ms each, so
-    # the bunch's last batch answers 36 ms after it arrived; the server is idle 76% of the time.
-    bunched = np.repeat(np.arange(0.0, 10.0, 0.15), 96)
-    assert replay_on_time_fraction(bunched, 640.0, latency_ms, 32, 2.0, 40.0) == pytest.approx(1.0)
-    assert replay_on_time_fraction(bunched, 640.0, latency_ms, 32, 2.0, 30.0) == pytest.approx(2.0 / 3.0, rel=0.02)
-    # Poisson arrivals at that rate are answered within 30 ms.
-    poisson = np.sort(np.random.default_rng(0).uniform(0.0, 10.0, 6400))
-    assert replay_on_time_fraction(poisson, 640.0, latency_ms, 32, 2.0, 30.0) > 0.99
-    assert replay_on_time_fraction(poisson[:1], 640.0, latency_ms, 32, 2.0, 30.0) == 1.0  # nothing to replay
-
-
-def test_an_slo_guard_charges_the_late_answers_the_tenants_request_log_shows(default_env):
-    """resnet's requests arriving in bunches of 600 every second, at 600 req/s: a 7g serves
-    the rate easily, so the on-time table predicts them on time, but each bunch waits behind
-    its own batches; replaying the log, the guard charges what the table does not."""
-    import numpy as np
-
-    from rlsched.agents.baselines.planners import queue_planner
-    from rlsched.solver.planner import SloGuard
-
-    planner = queue_planner(default_env)
-    resnet = default_env.scenario.tenant("resnet")
-    planner.slo_guards = {"resnet": SloGuard(0.99, np.array([600.0]), np.array([1.0]))}
-    assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) == 0.0  # no log: the table alone
-    planner.arrival_log = {"resnet": np.sort(np.random.default_rng(0).uniform(0.0, 10.0, 6000))}
-    assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) == 0.0  # Poisson: as the table says
-    planner.arrival_log = {"resnet": np.repeat(np.arange(0.0, 10.0, 1.0), 600) + np.tile(np.linspace(0.0, 1e-3, 600), 10)}
-    on_time, requests = planner.guarded_requests(resnet, "7g.40gb", 100.0, 32, 60.0, 0)
-    assert requests == pytest.approx(36000.0)
-    assert on_time < 0.9 * requests
-    assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) > 0.0
-
-
 def test_burst_rates_hold_the_peak_and_learn_the_tenants_own_bursts():
     from rlsched.agents.baselines.planners import PRIOR_BURST_RATIOS, SLO_HOLD_S, BurstRates
 
@@ -871,14 +832,9 @@ def test_burst_rates_hold_the_peak_and_learn_the_tenants_own_bursts():
     for rate in [400.0, 800.0] * hold:  # a tenant that doubles every other interval
         bursts.record({"resnet": rate})
     guard = bursts.guard("resnet", 600.0, interval_s)
-    assert guard.rates_rps.max() == pytest.approx(800.0)  # its held peak already holds its bursts ...
-    assert guard.rates_rps.min() == pytest.approx(400.0)  # ... and it has fallen to half of it
+    assert guard.rates_rps.max() == pytest.approx(1600.0)  # its peak, times the doubling it has shown
+    assert guard.rates_rps.min() == pytest.approx(400.0)  # ... and halving
     assert guard.probabilities.sum() == pytest.approx(1.0)
-    for _ in range(2 * hold):  # steady, then a new high: twice the peak held before it
-        bursts.record({"resnet": 800.0})
-    bursts.record({"resnet": 1600.0})
-    bursts.record({"resnet": 800.0})
-    assert bursts.guard("resnet", 800.0, interval_s).rates_rps.max() == pytest.approx(2 * 1600.0)
     for _ in range(hold - 1):  # a lull: the peak is held ...
         bursts.record({"resnet": 0.0})
     assert bursts.guard("resnet", 0.0, interval_s).rates_rps.max() >= 800.0

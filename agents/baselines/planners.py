@@ -633,11 +633,9 @@ class BurstRates:
 
     The rates are the held peak (the highest of its smoothed rate and the rates measured over
     the last :data:`SLO_HOLD_S`) times the quantiles (:data:`BURST_QUANTILES`) of the ratios
-    of the tenant's rate to the peak it held ``lookahead`` or fewer intervals before, over its
-    last :data:`BURST_HISTORY_INTERVALS`; until the tenant has been measured for :data:`SLO_HOLD_S`
-    (and has :data:`MIN_BURST_SAMPLES` ratios), times :data:`PRIOR_BURST_RATIOS`. Bursts
-    within an interval are the planner's to see, in the tenant's request log
-    (:meth:`~rlsched.solver.planner.Planner.guarded_requests`).
+    the tenant's rate has moved by within ``lookahead`` intervals over its last
+    :data:`BURST_HISTORY_INTERVALS`; until the tenant has been measured for :data:`SLO_HOLD_S`
+    (and has :data:`MIN_BURST_SAMPLES` ratios), times :data:`PRIOR_BURST_RATIOS`.
 
     Why: the Goodput objective trades a high-priority tenant's SLO for the other tenants'
     Goodput. On DeepSeek-R1 and ServeGen traces replayed on ``default``'s resnet, a real node,
@@ -662,16 +660,10 @@ class BurstRates:
         rates = np.array(self.history[name], dtype=float)
         hold = max(1, round(SLO_HOLD_S / interval_s))
         peak = max(smoothed_rps, float(rates[-hold:].max()) if len(rates) else 0.0)
-        # What each later rate was relative to the peak held then (the statistic scaled now):
-        # ratios to one interval's rate, applied to a peak, counted a rise out of a trough
-        # on top of a peak that already holds it (8% of resnet's requests predicted late in a
-        # 3g that served all but 0.01% on time, DeepSeek-R1 chunks 15 and 66; docs/planner-bursts.md, stop 58).
-        # peaks[j]: the held peak at interval j + hold - 1, once a whole hold was measured.
-        peaks = np.lib.stride_tricks.sliding_window_view(rates, hold).max(axis=1) if len(rates) >= hold else np.empty(0)
         ratios = [np.empty(0)]
         floor = BURST_BASE_FRACTION * float(rates.mean()) if len(rates) else 0.0
-        for k in range(1, min(self.lookahead, len(peaks) - 1) + 1):
-            start, later = peaks[:-k], rates[hold - 1 + k:]
+        for k in range(1, min(self.lookahead, len(rates) - 1) + 1):
+            start, later = rates[:-k], rates[k:]
             keep = (start >= floor) & (start > 0.0)
             ratios.append(later[keep] / start[keep])
         measured = np.concatenate(ratios)

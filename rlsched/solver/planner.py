@@ -80,7 +80,7 @@ from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
 from rlsched.simulator.node import filler_shares, min_idle_fraction
-from rlsched.simulator.queueing import replay_busy_fraction, replay_on_time_fraction
+from rlsched.simulator.queueing import replay_busy_fraction
 from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
@@ -118,9 +118,8 @@ RATE_QUANTILE_POINTS = 9
 #: default and bursty ones; 0.1 is chosen between: it stops the alternating-rate flapping
 #: of tests/test_planner.py while a tenant that outgrows its GI still moves.
 VALUE_MODEL_ERROR = 0.1
-#: Fewest logged arrivals the planner replays to find a priority-fill instance's idle time or
-#: a guarded tenant's on-time fraction (:attr:`Planner.arrival_log`); with fewer the fluid
-#: batcher and the on-time table stand in.
+#: Fewest logged arrivals the planner replays to find a priority-fill instance's idle time
+#: (:attr:`Planner.arrival_log`); with fewer the fluid batcher stands in.
 MIN_ARRIVALS_FOR_REPLAY = 20
 #: What a guarded tenant's predicted late request below its SLO target costs the planner, in
 #: multiples of the request's priority weight (:class:`SloGuard`). Ten times, chosen, not
@@ -276,12 +275,8 @@ class Planner:
         self.arrival_dispersion: dict[str, float] = {}
         #: Per inference tenant, the arrival times of its last interval's requests (a request
         #: log, seconds), replayed to find the idle time a priority-fill instance's first
-        #: tenant leaves and a guarded tenant's on-time fraction (set by the policy; a tenant
-        #: not in it is valued by the fluid batcher and the on-time table alone).
+        #: tenant leaves (set by the policy; a tenant not in it is valued by the fluid batcher).
         self.arrival_log: dict[str, np.ndarray] = {}
-        # Per guarded tenant: the log its replays were of, and their on-time fractions by
-        # (GI profile, share, co-runners, batch, rate): one decision asks for the same ones often.
-        self._replayed: dict[str, tuple[np.ndarray, dict[tuple, float]]] = {}
         #: The value model's relative error as the policy measured it on this node, for the
         #: payback margin (:meth:`payback_hurdle`; None: :data:`VALUE_MODEL_ERROR`).
         self.value_model_error: float | None = None
@@ -576,32 +571,13 @@ class Planner:
         in a GI of ``profile`` at ``mps_pct`` and ``batch``, at the rates its :class:`SloGuard`
         holds it to, weighted by their probabilities (None: no guard). What
         :meth:`slo_guard_cost` charges for, and what ``scripts/bench_slo_guard.py`` compares
-        with the late answers the simulator measures.
-
-        At each rate the on-time fraction is the lower of the on-time table's and, where the
-        tenant's request log (:attr:`arrival_log`) holds :data:`MIN_ARRIVALS_FOR_REPLAY`
-        arrivals, that log's replayed at that rate through the placement's batch server
-        (:func:`~rlsched.simulator.queueing.replay_on_time_fraction`). The table sees a rate
-        and an index of dispersion, not requests that come in clusters within milliseconds
-        and wait behind each other's batches (docs/planner-bursts.md, stop 58)."""
+        with the late answers the simulator measures."""
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant):
             return None
         latency = self.latency_ms(tenant, profile, mps_pct, co_runners)
         requests = guard.rates_rps * guard.probabilities * horizon_s
-        b = min(batch, tenant.max_batch)
-        on_time = self.on_time_table(tenant, guard.rates_rps, latency, [b], (rate_cv or {}).get(tenant.name, 0.0))[0]
-        log = self.arrival_log.get(tenant.name)
-        if log is not None and len(log) >= MIN_ARRIVALS_FOR_REPLAY:
-            replayed_log, replayed = self._replayed.get(tenant.name, (None, {}))
-            if replayed_log is not log:
-                replayed = {}
-                self._replayed[tenant.name] = (log, replayed)
-            for k, rate in enumerate(guard.rates_rps):
-                key = (profile, float(mps_pct), co_runners, b, float(rate))
-                if key not in replayed:
-                    replayed[key] = replay_on_time_fraction(log, float(rate), latency, b, tenant.batch_timeout_ms, tenant.slo_ms)
-                on_time[k] = min(on_time[k], replayed[key])
+        on_time = self.on_time_table(tenant, guard.rates_rps, latency, [min(batch, tenant.max_batch)], (rate_cv or {}).get(tenant.name, 0.0))[0]
         return float(on_time @ requests), float(requests.sum())
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
