@@ -10,8 +10,10 @@ simulator then measures the share answered late over the same intervals.
 
 Prints, per guarded tenant, over the intervals after the guard's prior (the first
 :data:`~rlsched.agents.baselines.planners.SLO_HOLD_S`): the mean predicted and measured late
-share, the share of lookahead windows each puts beyond the SLO target's allowance (1%),
-and how often the two agree on that. The guard charges a placement for every request
+share, the same over the windows in which the tenant was not restarted (the late answers a
+restart leaves are the planner's restart charge to predict, not the guard's), the share of
+lookahead windows each puts beyond the SLO target's allowance (1%), and how often the two
+agree on that. The guard charges a placement for every request
 predicted late beyond the allowance, so a guard that flags windows the node then serves on
 time moves tenants into larger instances than they need.
 
@@ -43,6 +45,7 @@ def measure(env: GpuShareEnv, seed: int, fixed=None) -> dict[str, dict[str, floa
     predicted: dict[str, list[float]] = {n: [] for n in names}
     on_time: dict[str, list[int]] = {n: [] for n in names}
     decided: dict[str, list[int]] = {n: [] for n in names}
+    restarted: dict[str, list[bool]] = {n: [] for n in names}
     truncated = False
     while not truncated:
         decision = policy.act(observation, env)
@@ -62,17 +65,24 @@ def measure(env: GpuShareEnv, seed: int, fixed=None) -> dict[str, dict[str, floa
             stats = env.last_step.tenants[name]
             on_time[name].append(stats.on_time)
             decided[name].append(stats.completed + stats.dropped)
+            restarted[name].append(stats.restarted)
     skip = round(SLO_HOLD_S / env.scenario.decision_interval_s)
     allowance = 1.0 - HIGH_PRIORITY_SLO_TARGET
     report = {}
     for name in names:
         answered, late = np.array(decided[name], float), np.array(decided[name], float) - np.array(on_time[name], float)
-        measured = np.array([late[t:t + policy.lookahead].sum() / max(answered[t:t + policy.lookahead].sum(), 1.0) for t in range(len(late))])[skip:]
+        window = policy.lookahead
+        measured = np.array([late[t:t + window].sum() / max(answered[t:t + window].sum(), 1.0) for t in range(len(late))])[skip:]
         guess = np.array(predicted[name])[skip:]
+        # Late answers a restart leaves are the restart charge's to predict, not the guard's.
+        calm = np.array([not any(restarted[name][t:t + window]) for t in range(len(late))])[skip:]
         report[name] = {
             "slo_attainment": float(1.0 - late.sum() / max(answered.sum(), 1.0)),
             "predicted_late_share": float(guess.mean()),
             "measured_late_share": float(measured.mean()),
+            "windows_without_restart": float(calm.mean()),
+            "predicted_late_share_without_restart": float(guess[calm].mean()) if calm.any() else float("nan"),
+            "measured_late_share_without_restart": float(measured[calm].mean()) if calm.any() else float("nan"),
             "windows_predicted_beyond_allowance": float((guess > allowance).mean()),
             "windows_measured_beyond_allowance": float((measured > allowance).mean()),
             "agreement": float(((guess > allowance) == (measured > allowance)).mean()),

@@ -48,6 +48,8 @@ def test_a_placement_too_small_is_predicted_late_and_is_late(bench, env):
     starved = bench.measure(env, 0, squeezed)["resnet"]
     assert starved["predicted_late_share"] > 0.5 and starved["measured_late_share"] > 0.5
     assert starved["windows_predicted_beyond_allowance"] == starved["windows_measured_beyond_allowance"] == starved["agreement"] == 1.0
+    assert starved["windows_without_restart"] == 1.0  # held: nothing restarts after the first interval
+    assert starved["measured_late_share_without_restart"] == starved["measured_late_share"]
 
 
 def test_an_unknown_policy_in_the_eval_json_is_refused_by_name(tmp_path):
