@@ -31,6 +31,7 @@ import numpy as np
 
 from rlsched.agents.baselines.base import HIGH_PRIORITY_SLO_TARGET, apply
 from rlsched.agents.baselines.planners import SLO_HOLD_S, MigratorQueueSlo
+from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.workloads.scenario import _Reader, load_scenario, parse_configuration, with_trace_overrides, without_priority_fill_scheduler
@@ -90,6 +91,27 @@ def measure(env: GpuShareEnv, seed: int, fixed=None) -> dict[str, dict[str, floa
     return report
 
 
+def first_configuration(source: str, policy: str, scenario) -> Configuration:
+    """The configuration ``policy`` applied first in its first episode of the eval JSON
+    ``source`` (its ``trajectories``), for ``scenario``'s node; a ConfigError naming the file
+    and field when it holds none."""
+    try:
+        with open(source, encoding="utf-8") as f:
+            trajectories = json.load(f)["trajectories"]
+        episodes = trajectories["episodes"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(source, "trajectories", None, f"not an eval JSON with recorded trajectories ({exc})") from None
+    if policy not in episodes:
+        raise ConfigError(source, "trajectories.episodes", policy, f"no such policy (has {', '.join(episodes)})")
+    try:
+        first = episodes[policy][0]["steps"][0]
+        recorded = trajectories["configurations"][first]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ConfigError(source, f"trajectories.episodes.{policy}", None, f"no recorded first step ({exc})") from None
+    return parse_configuration(_Reader(source, recorded, f"trajectories.configurations[{first}]"),
+                               scenario.gpu, scenario.gpu_count, [t.name for t in scenario.tenants])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default="default")
@@ -103,16 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_priority_fill_scheduler:
         scenario = without_priority_fill_scheduler(scenario)
     env = GpuShareEnv(scenario)
-    fixed = None
-    if args.fixed_from:
-        source, policy = args.fixed_from
-        with open(source, encoding="utf-8") as f:
-            trajectories = json.load(f)["trajectories"]
-        if policy not in trajectories["episodes"]:
-            raise ConfigError(source, "trajectories.episodes", policy, f"no such policy (has {', '.join(trajectories['episodes'])})")
-        first = trajectories["episodes"][policy][0]["steps"][0]
-        fixed = parse_configuration(_Reader(source, trajectories["configurations"][first], f"trajectories.configurations[{first}]"),
-                                    scenario.gpu, scenario.gpu_count, [t.name for t in scenario.tenants])
+    fixed = first_configuration(*args.fixed_from, scenario) if args.fixed_from else None
     for name, figures in measure(env, args.seed, fixed).items():
         print(name + ": " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items()))
     return 0
