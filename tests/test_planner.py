@@ -819,27 +819,134 @@ def test_an_slo_guard_charges_the_requests_predicted_late_beyond_its_target(defa
     assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) == 0.0
 
 
+def test_replayed_on_time_fraction_sees_requests_that_wait_behind_their_cluster():
+    import numpy as np
+
+    from rlsched.simulator.queueing import replay_on_time_fraction
+
+    latency_ms = np.linspace(2.0, 12.0, 32)  # batch 1: 2 ms ... batch 32: 12 ms
+    # Bunches of 96 simultaneous requests every 150 ms: three full batches of 12 ms each, so
+    # the bunch's last batch answers 36 ms after it arrived; the server is idle 76% of the time.
+    bunched = np.repeat(np.arange(0.0, 10.0, 0.15), 96)
+    assert replay_on_time_fraction(bunched, 640.0, latency_ms, 32, 2.0, 40.0) == pytest.approx(1.0)
+    assert replay_on_time_fraction(bunched, 640.0, latency_ms, 32, 2.0, 30.0) == pytest.approx(2.0 / 3.0, rel=0.02)
+    # Poisson arrivals at that rate are answered within 30 ms.
+    poisson = np.sort(np.random.default_rng(0).uniform(0.0, 10.0, 6400))
+    assert replay_on_time_fraction(poisson, 640.0, latency_ms, 32, 2.0, 30.0) > 0.99
+    assert replay_on_time_fraction(poisson[:1], 640.0, latency_ms, 32, 2.0, 30.0) == 1.0  # nothing to replay
+
+
+def test_an_slo_guard_charges_the_late_answers_the_tenants_request_log_shows(default_env):
+    """resnet's requests arriving in bunches of 600 every second, at 600 req/s: a 7g serves
+    the rate easily, so the on-time table predicts them on time, but each bunch waits behind
+    its own batches; replaying the log, the guard charges what the table does not."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import queue_planner
+    from rlsched.solver.planner import SloGuard
+
+    planner = queue_planner(default_env)
+    resnet = default_env.scenario.tenant("resnet")
+    planner.slo_guards = {"resnet": SloGuard(0.99, np.array([600.0]), np.array([1.0]))}
+    assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) == 0.0  # no log: the table alone
+    planner.arrival_log = {"resnet": np.sort(np.random.default_rng(0).uniform(0.0, 10.0, 6000))}
+    assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) == 0.0  # Poisson: as the table says
+    planner.arrival_log = {"resnet": np.repeat(np.arange(0.0, 10.0, 1.0), 600) + np.tile(np.linspace(0.0, 1e-3, 600), 10)}
+    on_time, requests = planner.guarded_requests(resnet, "7g.40gb", 100.0, 32, 60.0, 0)
+    assert requests == pytest.approx(36000.0)
+    assert on_time < 0.9 * requests
+    assert planner.slo_guard_cost(resnet, "7g.40gb", 100.0, 32, 60.0, 0) > 0.0
+
+
 def test_burst_rates_hold_the_peak_and_learn_the_tenants_own_bursts():
     from rlsched.agents.baselines.planners import PRIOR_BURST_RATIOS, SLO_HOLD_S, BurstRates
 
-    bursts = BurstRates(["resnet"], lookahead=6)
     interval_s = 10.0
+    bursts = BurstRates(["resnet"], lookahead=6, interval_s=interval_s)
     hold = round(SLO_HOLD_S / interval_s)
-    bursts.record({"resnet": 400.0})
-    guard = bursts.guard("resnet", 350.0, interval_s)
-    assert list(guard.rates_rps) == pytest.approx([400.0 * r for r in PRIOR_BURST_RATIOS])  # not measured long enough
+    bursts.record({"resnet": {"arrival_rate_rps": 400.0}})
+    guard = bursts.guard("resnet", 350.0)
+    assert guard.rates_rps.min() == pytest.approx(400.0 * PRIOR_BURST_RATIOS.min())  # not measured yet: the prior
+    assert guard.rates_rps.max() == pytest.approx(400.0 * PRIOR_BURST_RATIOS.max())
     assert guard.probabilities.sum() == pytest.approx(1.0)
     for rate in [400.0, 800.0] * hold:  # a tenant that doubles every other interval
-        bursts.record({"resnet": rate})
-    guard = bursts.guard("resnet", 600.0, interval_s)
-    assert guard.rates_rps.max() == pytest.approx(1600.0)  # its peak, times the doubling it has shown
-    assert guard.rates_rps.min() == pytest.approx(400.0)  # ... and halving
+        bursts.record({"resnet": {"arrival_rate_rps": rate}})
+    guard = bursts.guard("resnet", 600.0)
+    assert guard.rates_rps.max() == pytest.approx(800.0)  # its held peak already holds its bursts ...
+    assert guard.rates_rps.min() == pytest.approx(400.0)  # ... and it has fallen to half of it
     assert guard.probabilities.sum() == pytest.approx(1.0)
+    for _ in range(2 * hold):  # steady, then a new high: twice the peak held before it
+        bursts.record({"resnet": {"arrival_rate_rps": 800.0}})
+    bursts.record({"resnet": {"arrival_rate_rps": 1600.0}})
+    bursts.record({"resnet": {"arrival_rate_rps": 800.0}})
+    assert bursts.guard("resnet", 800.0).rates_rps.max() == pytest.approx(2 * 1600.0)
     for _ in range(hold - 1):  # a lull: the peak is held ...
-        bursts.record({"resnet": 0.0})
-    assert bursts.guard("resnet", 0.0, interval_s).rates_rps.max() >= 800.0
-    bursts.record({"resnet": 0.0})  # ... for SLO_HOLD_S
-    assert bursts.guard("resnet", 0.0, interval_s).rates_rps.max() == 0.0
+        bursts.record({"resnet": {"arrival_rate_rps": 0.0}})
+    assert bursts.guard("resnet", 0.0).rates_rps.max() >= 800.0
+    bursts.record({"resnet": {"arrival_rate_rps": 0.0}})  # ... for SLO_HOLD_S
+    assert bursts.guard("resnet", 0.0).rates_rps.max() == 0.0
+
+
+def test_the_burst_prior_gives_way_to_the_ratios_measured_so_far():
+    """A steady tenant measured for 10 intervals (90 s of ratios, well short of SLO_HOLD_S) is
+    guarded at its own rate: its ratios to the peak held so far stand in for the prior."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import BurstRates
+
+    bursts = BurstRates(["resnet"], lookahead=6, interval_s=10.0)
+    bursts.record({"resnet": {"arrival_rate_rps": 500.0}})
+    assert bursts.guard("resnet", 500.0).rates_rps.max() == pytest.approx(1000.0)  # one interval: the prior
+    for _ in range(9):
+        bursts.record({"resnet": {"arrival_rate_rps": 500.0}})
+    assert bursts.guard("resnet", 500.0).rates_rps == pytest.approx(np.full(11, 500.0))
+    bursts.record({"resnet": {"arrival_rate_rps": 1000.0}})  # a doubling is measured, and held
+    assert bursts.guard("resnet", 500.0).rates_rps.max() == pytest.approx(2000.0)
+
+
+def test_the_error_budget_is_the_targets_slack_less_the_late_answers_over_the_window():
+    from rlsched.agents.baselines.planners import BurstRates
+
+    bursts = BurstRates(["resnet"], lookahead=6, interval_s=10.0)
+    for _ in range(10):  # 50,000 requests, 50 late
+        bursts.record({"resnet": {"arrival_rate_rps": 500.0, "slo_attainment": 0.999, "active": 1.0}})
+    bursts.record({"resnet": {"arrival_rate_rps": 0.0, "slo_attainment": float("nan"), "active": 0.0}})  # not counted
+    # A node that runs on: the rest of the hour (350 intervals) at the smoothed rate.
+    assert bursts.error_budget("resnet", 500.0) == pytest.approx(0.01 * (50_000 + 350 * 5_000) - 50)
+    # An episode 20 intervals from its end is scored on its own requests.
+    assert bursts.error_budget("resnet", 500.0, intervals_left=20) == pytest.approx(0.01 * (50_000 + 20 * 5_000) - 50)
+    assert bursts.guard("resnet", 500.0, 20).error_budget == pytest.approx(1_450.0)
+    bursts.record({"resnet": {"arrival_rate_rps": 500.0, "slo_attainment": 0.5, "active": 1.0}})  # 2,500 late: spent
+    assert bursts.error_budget("resnet", 500.0, intervals_left=0) == 0.0
+
+
+def test_a_running_guarded_tenants_restart_is_charged_beyond_its_error_budget(default_env):
+    """resnet at 500 req/s restarted for 5 s leaves 2,500 requests unanswered and more late
+    while its backlog drains: the guard charges SLO_GUARD_PENALTY x its weight for each beyond
+    its budget, and nothing for a tenant without a guard or within its budget."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import queue_planner
+    from rlsched.solver.planner import SLO_GUARD_PENALTY, SloGuard
+
+    planner = queue_planner(default_env)
+    resnet = default_env.scenario.tenant("resnet")
+    rates = [{"resnet": 500.0, "vgg": 120.0, "bert": 250.0, "alexnet": 900.0}] * 6
+    assert planner.drain(resnet, "3g.20gb", 100.0, 32, 0) is None  # queue_planner prices no backlog ...
+    assert planner.guarded_restart_cost(resnet, 5.0, rates, None) == 0.0
+    guard = SloGuard(0.99, np.array([500.0]), np.array([1.0]))
+    planner.slo_guards = {"resnet": guard}
+    drain = planner.drain(resnet, "3g.20gb", 100.0, 32, 0)  # ... but a guarded tenant's
+    assert drain is not None
+    late = 500.0 * 5.0 + planner.late_after_restart(500.0, 5.0, drain[0], drain[1], 60.0)
+    assert late > 2_500.0
+    assert planner.guarded_restart_cost(resnet, 5.0, rates, drain) == 0.0  # an unlimited budget
+    weight = default_env.scenario.weights.priority["high"]
+    planner.slo_guards = {"resnet": SloGuard(0.99, guard.rates_rps, guard.probabilities, error_budget=1_000.0)}
+    assert planner.guarded_restart_cost(resnet, 5.0, rates, drain) == pytest.approx(SLO_GUARD_PENALTY * weight * (late - 1_000.0))
+    assert planner.guarded_restart_cost(resnet, 0.0, rates, drain) == 0.0  # no downtime, nothing late
+    # The Goodput the backlog costs stays the `restart_backlog` switch's: the guard adds only its charge.
+    assert planner.restart_loss(resnet, 5.0, 1e6, rates, drain) == planner.restart_loss(resnet, 5.0, 1e6, rates, None)
 
 
 @pytest.mark.parametrize("scenario", ["train-retrain", "train-deploy"])  # a retraining job; a best-effort job

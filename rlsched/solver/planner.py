@@ -80,7 +80,7 @@ from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
 from rlsched.simulator.node import filler_shares, min_idle_fraction
-from rlsched.simulator.queueing import replay_busy_fraction
+from rlsched.simulator.queueing import replay_busy_fraction, replay_on_time_fraction
 from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
@@ -118,8 +118,9 @@ RATE_QUANTILE_POINTS = 9
 #: default and bursty ones; 0.1 is chosen between: it stops the alternating-rate flapping
 #: of tests/test_planner.py while a tenant that outgrows its GI still moves.
 VALUE_MODEL_ERROR = 0.1
-#: Fewest logged arrivals the planner replays to find a priority-fill instance's idle time
-#: (:attr:`Planner.arrival_log`); with fewer the fluid batcher stands in.
+#: Fewest logged arrivals the planner replays to find a priority-fill instance's idle time or
+#: a guarded tenant's on-time fraction (:attr:`Planner.arrival_log`); with fewer the fluid
+#: batcher and the on-time table stand in.
 MIN_ARRIVALS_FOR_REPLAY = 20
 #: What a guarded tenant's predicted late request below its SLO target costs the planner, in
 #: multiples of the request's priority weight (:class:`SloGuard`). Ten times, chosen, not
@@ -146,11 +147,15 @@ class SloGuard:
     :param target: fraction of the tenant's requests to answer on time, e.g. 0.99
     :param rates_rps: rates the tenant may reach, requests/s
     :param probabilities: how likely each rate is (sums to 1)
+    :param error_budget: requests the tenant may still answer late over its SLO window
+        before it misses the target; a restart of the running tenant is charged the guard's
+        penalty for the late answers it leaves beyond this (inf: not charged)
     """
 
     target: float
     rates_rps: np.ndarray
     probabilities: np.ndarray
+    error_budget: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -275,8 +280,12 @@ class Planner:
         self.arrival_dispersion: dict[str, float] = {}
         #: Per inference tenant, the arrival times of its last interval's requests (a request
         #: log, seconds), replayed to find the idle time a priority-fill instance's first
-        #: tenant leaves (set by the policy; a tenant not in it is valued by the fluid batcher).
+        #: tenant leaves and a guarded tenant's on-time fraction (set by the policy; a tenant
+        #: not in it is valued by the fluid batcher and the on-time table alone).
         self.arrival_log: dict[str, np.ndarray] = {}
+        # Per guarded tenant: the log its replays were of, and their on-time fractions by
+        # (GI profile, share, co-runners, batch, rate): one decision asks for the same ones often.
+        self._replayed: dict[str, tuple[np.ndarray, dict[tuple, float]]] = {}
         #: The value model's relative error as the policy measured it on this node, for the
         #: payback margin (:meth:`payback_hurdle`; None: :data:`VALUE_MODEL_ERROR`).
         self.value_model_error: float | None = None
@@ -571,13 +580,32 @@ class Planner:
         in a GI of ``profile`` at ``mps_pct`` and ``batch``, at the rates its :class:`SloGuard`
         holds it to, weighted by their probabilities (None: no guard). What
         :meth:`slo_guard_cost` charges for, and what ``scripts/bench_slo_guard.py`` compares
-        with the late answers the simulator measures."""
+        with the late answers the simulator measures.
+
+        At each rate the on-time fraction is the lower of the on-time table's and, where the
+        tenant's request log (:attr:`arrival_log`) holds :data:`MIN_ARRIVALS_FOR_REPLAY`
+        arrivals, that log's replayed at that rate through the placement's batch server
+        (:func:`~rlsched.simulator.queueing.replay_on_time_fraction`). The table sees a rate
+        and an index of dispersion, not requests that come in clusters within milliseconds
+        and wait behind each other's batches (docs/planner-bursts.md, stop 58)."""
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant):
             return None
         latency = self.latency_ms(tenant, profile, mps_pct, co_runners)
         requests = guard.rates_rps * guard.probabilities * horizon_s
-        on_time = self.on_time_table(tenant, guard.rates_rps, latency, [min(batch, tenant.max_batch)], (rate_cv or {}).get(tenant.name, 0.0))[0]
+        b = min(batch, tenant.max_batch)
+        on_time = self.on_time_table(tenant, guard.rates_rps, latency, [b], (rate_cv or {}).get(tenant.name, 0.0))[0]
+        log = self.arrival_log.get(tenant.name)
+        if log is not None and len(log) >= MIN_ARRIVALS_FOR_REPLAY:
+            replayed_log, replayed = self._replayed.get(tenant.name, (None, {}))
+            if replayed_log is not log:
+                replayed = {}
+                self._replayed[tenant.name] = (log, replayed)
+            for k, rate in enumerate(guard.rates_rps):
+                key = (profile, float(mps_pct), co_runners, b, float(rate))
+                if key not in replayed:
+                    replayed[key] = replay_on_time_fraction(log, float(rate), latency, b, tenant.batch_timeout_ms, tenant.slo_ms)
+                on_time[k] = min(on_time[k], replayed[key])
         return float(on_time @ requests), float(requests.sum())
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
@@ -587,7 +615,8 @@ class Planner:
         arrive then, plus ``reconfiguration_per_s`` per second; and, for an inference option
         whose ``drain`` (capacity, requests/s; SLO slack at the largest batch, s) is given,
         the requests arriving after the restart that are still late while the backlog it
-        left drains (:meth:`late_after_restart`), each losing its value and paying the penalty."""
+        left drains (:meth:`late_after_restart`), each losing its value and paying the penalty
+        (with ``restart_backlog`` on)."""
         loss = goodput_terms(self.weights, tenant.priority.value, downtime_s=downtime_s).reconfiguration_cost
         per_window = value / len(rates)
         for k, r in enumerate(rates):
@@ -598,7 +627,7 @@ class Planner:
             if isinstance(tenant, InferenceTenant):  # every request arriving while down is dropped
                 down = goodput_terms(self.weights, tenant.priority.value, dropped=r[tenant.name] * self.interval_s).total
             loss += overlap * max(per_window - down, 0.0)
-        if drain is not None and isinstance(tenant, InferenceTenant) and rates[0][tenant.name] > 0:
+        if drain is not None and self.restart_backlog and isinstance(tenant, InferenceTenant) and rates[0][tenant.name] > 0:
             rate = rates[0][tenant.name]
             horizon_s = self.interval_s * len(rates)
             late = self.late_after_restart(rate, downtime_s, drain[0], drain[1], horizon_s)
@@ -626,9 +655,10 @@ class Planner:
 
     def drain(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None) -> tuple[float, float] | None:
         """(capacity at ``batch``, requests/s; SLO slack left by a batch of ``batch``, s) of an
-        inference option, the backlog model of :meth:`restart_loss`; None for a job, or when
-        the planner does not price the backlog (``restart_backlog`` off)."""
-        if not isinstance(tenant, InferenceTenant) or not self.restart_backlog:
+        inference option, the backlog model of :meth:`restart_loss` and
+        :meth:`guarded_restart_cost`; None for a job, or when the planner prices no backlog:
+        ``restart_backlog`` off and the tenant without an :class:`SloGuard`."""
+        if not isinstance(tenant, InferenceTenant) or not (self.restart_backlog or tenant.name in self.slo_guards):
             return None
         b = min(batch, tenant.max_batch)
         latency_ms = float(self.latency_ms(tenant, profile, mps_pct, co_runners)[b - 1])
@@ -686,7 +716,9 @@ class Planner:
         until then the old instance earns ``held_value`` (the running option's value), so the
         cost is the gain forgone over that delay. Otherwise the full restart
         (:meth:`restart_loss` of ``restart_s`` plus the GI wait, with the backlog it leaves
-        drained at the option's ``drain``).
+        drained at the option's ``drain``), and for a guarded tenant the guard's charge for
+        the late answers beyond its error budget (:meth:`guarded_restart_cost`; a tenant's
+        first start is not charged: every option pays it).
         """
         if self.unchanged(tenant.name, current, g, gi, mps_pct, mode):
             return 0.0
@@ -697,7 +729,21 @@ class Planner:
             gain = max(value - held_value, 0.0) / len(rates) if held_value is not None else 0.0
             return sum(min(max(delay - k * self.interval_s, 0.0), self.interval_s) / self.interval_s * gain for k in range(len(rates)))
         downtime = tenant.restart_s + self._gi_wait_s(current, g, gi)
-        return self.restart_loss(tenant, downtime, value, rates, drain)
+        return self.restart_loss(tenant, downtime, value, rates, drain) + self.guarded_restart_cost(tenant, downtime, rates, drain)
+
+    def guarded_restart_cost(self, tenant: Tenant, downtime_s: float, rates: Sequence[Rates], drain: tuple[float, float] | None) -> float:
+        """What its :class:`SloGuard` charges a running ``tenant`` for a restart of
+        ``downtime_s``: :data:`SLO_GUARD_PENALTY` x its priority weight x the requests it
+        leaves late (arriving while down, plus late while the backlog drains at ``drain``)
+        beyond the guard's error budget; 0 for a tenant without a guard."""
+        guard = self.slo_guards.get(tenant.name)
+        if guard is None or not isinstance(tenant, InferenceTenant) or downtime_s <= 0.0 or not rates:
+            return 0.0
+        rate = rates[0][tenant.name]
+        late = rate * downtime_s
+        if drain is not None:
+            late += self.late_after_restart(rate, downtime_s, drain[0], drain[1], self.interval_s * len(rates))
+        return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * max(late - guard.error_budget, 0.0)
 
     def unchanged(self, name: str, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float,
                   mode: SharingMode = SharingMode.MPS) -> bool:
