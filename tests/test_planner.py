@@ -918,6 +918,10 @@ def test_the_error_budget_is_the_targets_slack_less_the_late_answers_over_the_wi
     assert bursts.guard("resnet", 500.0, 20).error_budget == pytest.approx(1_450.0)
     bursts.record({"resnet": {"arrival_rate_rps": 500.0, "slo_attainment": 0.5, "active": 1.0}})  # 2,500 late: spent
     assert bursts.error_budget("resnet", 500.0, intervals_left=0) == 0.0
+    # ... but a tenant missing its target now is not held where it is by its restart's charge
+    assert bursts.guard("resnet", 500.0, 0).error_budget == float("inf")
+    bursts.record({"resnet": {"arrival_rate_rps": 500.0, "slo_attainment": 1.0, "active": 1.0}})
+    assert bursts.guard("resnet", 500.0, 0).error_budget == 0.0
 
 
 def test_a_running_guarded_tenants_restart_is_charged_beyond_its_error_budget(default_env):
