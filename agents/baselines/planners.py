@@ -713,14 +713,15 @@ class BurstRates:
         """Each of ``rates`` over the peak held ``lookahead`` or fewer intervals before it:
         the peak over a whole hold of ``hold`` intervals (``whole``), or over those measured
         by then."""
-        if whole:
-            # peaks[j]: the held peak at interval j + hold - 1, once a whole hold was measured.
-            peaks = np.lib.stride_tricks.sliding_window_view(rates, hold).max(axis=1) if len(rates) >= hold else np.empty(0)
-        else:
-            peaks = np.lib.stride_tricks.sliding_window_view(np.concatenate([np.full(hold - 1, -np.inf), rates]), hold).max(axis=1)
-        offset = len(rates) - len(peaks)
+        if not len(rates):
+            return np.empty(0)
+        # peaks[j]: the peak held at interval j over the hold (or what of it was measured);
+        # with ``whole``, from interval hold - 1 on only.
+        peaks = np.lib.stride_tricks.sliding_window_view(np.concatenate([np.full(hold - 1, -np.inf), rates]), hold).max(axis=1)
+        offset = hold - 1 if whole else 0
+        peaks = peaks[offset:]
         ratios = [np.empty(0)]
-        floor = BURST_BASE_FRACTION * float(rates.mean()) if len(rates) else 0.0
+        floor = BURST_BASE_FRACTION * float(rates.mean())
         for k in range(1, min(self.lookahead, len(peaks) - 1) + 1):
             start, later = peaks[:-k], rates[offset + k:]
             keep = (start >= floor) & (start > 0.0)
