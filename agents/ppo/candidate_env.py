@@ -50,6 +50,40 @@ SINCE_CHANGE_SCALE = 30.0
 FEATURE_LIMIT = 10.0
 
 
+def offer_slots(gains: list[np.ndarray]) -> list[int]:
+    """The candidates offered: keep (index 0), then the best under each forecast of ``gains``
+    (each candidate's predicted gain over keeping under the EWMA forecast, under the burst one)
+    in turn, until :data:`CANDIDATES`."""
+    orders = [list(np.argsort(-g, kind="stable")) for g in gains]
+    offered = [0]
+    while len(offered) < min(CANDIDATES, len(gains[0])):
+        for order in orders:
+            nxt = next((i for i in order if i not in offered), None)
+            if nxt is not None and len(offered) < CANDIDATES:
+                offered.append(int(nxt))
+    return offered
+
+
+def candidate_observation(offered: list[int], gain_ewma: np.ndarray, gain_burst: np.ndarray, gain_last: np.ndarray, cost: np.ndarray,
+                          value: np.ndarray, moved: list[float], reward_scale: float, since_change: int, burst_ratio: float,
+                          attainment: float) -> np.ndarray:
+    """The observation (see the module docstring) from the planner model's valuing: per
+    candidate (index 0: keep) ``gain_ewma``, ``gain_burst``, ``cost`` and ``value``; per offered
+    slot, in slot order, ``gain_last`` and ``moved``. The one place the features are computed,
+    for the request-level environment and its surrogate alike."""
+    scale = reward_scale * MIGRATOR_LOOKAHEAD
+    order = np.argsort(-gain_ewma[offered], kind="stable")
+    rank = np.empty(len(offered))
+    rank[order] = np.arange(len(offered)) / max(CANDIDATES - 1, 1)
+    rows = np.zeros((CANDIDATES, len(CANDIDATE_FEATURES)))
+    for slot, i in enumerate(offered):
+        rows[slot] = (float(i == 0), gain_ewma[i] / scale, gain_last[slot] / scale, gain_burst[i] / scale,
+                      cost[i] / scale, value[i] / scale, rank[slot], moved[slot])
+    glob = np.array([min(since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment])
+    observation = np.concatenate([rows.ravel(), glob])
+    return np.clip(np.nan_to_num(observation), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)
+
+
 class CandidateObserver:
     """What a candidate-choice policy sees and can choose, one decision at a time: the
     candidate library of a node, its valuing (the whole library under two forecasts, the
@@ -123,38 +157,18 @@ class CandidateObserver:
         at_burst_rates = self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog)
         self.scored, at_burst = self.library.score_forecasts([windows, at_burst_rates], env.current, accuracy)
         gain_ewma, gain_burst = (s.objective - s.objective[0] for s in (self.scored, at_burst))
-        self.offered = self._offer([gain_ewma, gain_burst])
+        self.offered = offer_slots([gain_ewma, gain_burst])
         # The last interval's rates only describe the offered slots: valuing the whole library
         # a third time would cost a third of the decision for features of candidates never offered.
         offered = [self.scored.configurations[i] for i in self.offered]
         at_last = self.library.value(offered, self.planner.forecast([last] * MIGRATOR_LOOKAHEAD, backlog), accuracy)
         gain_last = at_last.objective - at_last.objective[0]
-        scale = self.reward_scale * MIGRATOR_LOOKAHEAD
-        order = np.argsort(-gain_ewma[self.offered], kind="stable")
-        rank = np.empty(len(self.offered))
-        rank[order] = np.arange(len(self.offered)) / max(CANDIDATES - 1, 1)
-        rows = np.zeros((CANDIDATES, len(CANDIDATE_FEATURES)))
-        for slot, i in enumerate(self.offered):
-            rows[slot] = (float(i == 0), gain_ewma[i] / scale, gain_last[slot] / scale, gain_burst[i] / scale,
-                          self.scored.cost[i] / scale, self.scored.value[i] / scale, rank[slot], self._moved(offered[slot], env.current))
         high = [t.name for t in env.scenario.inference_tenants() if t.priority == Priority.HIGH]
         attainment = min((float(measured.get(n, {}).get("slo_attainment", 1.0)) for n in high), default=1.0)
         burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
-        glob = np.array([min(self.since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment])
-        observation = np.concatenate([rows.ravel(), glob])
-        return np.clip(np.nan_to_num(observation), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)
-
-    def _offer(self, gains: list[np.ndarray]) -> list[int]:
-        """Keep, then the best candidates under each forecast of ``gains`` (the EWMA's, the
-        burst's) in turn, until :data:`CANDIDATES`."""
-        orders = [list(np.argsort(-g, kind="stable")) for g in gains]
-        offered = [0]
-        while len(offered) < min(CANDIDATES, len(gains[0])):
-            for order in orders:
-                nxt = next((i for i in order if i not in offered), None)
-                if nxt is not None and len(offered) < CANDIDATES:
-                    offered.append(int(nxt))
-        return offered
+        return candidate_observation(self.offered, gain_ewma, gain_burst, gain_last, self.scored.cost, self.scored.value,
+                                     [self._moved(c, env.current) for c in offered], self.reward_scale,
+                                     self.since_change, burst_ratio, attainment)
 
     @staticmethod
     def _moved(config: Configuration, current: Configuration) -> float:

@@ -62,6 +62,13 @@ class CandidateChoiceConfig:
     the exact counterfactual advantage over this many intervals
     (:meth:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv.paired_advantage`), the
     others none (:class:`PairedCandidateAdvantages`); 0: PPO's own (GAE) estimate"""
+    surrogate_episodes: int = 0
+    """> 0: PPO trains on the tabulated surrogate
+    (:class:`~rlsched.agents.ppo.surrogate.SurrogateChoiceEnv`), recorded first from this many
+    episodes of each training scenario (``<run>/surrogate/``, reused when there); 0: on the
+    request-level simulator. Validation runs on the request-level simulator either way."""
+    surrogate_steps: int = 60
+    """decisions per surrogate training episode, from a random start"""
 
 
 @dataclass
@@ -95,6 +102,10 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
                           f"name at least one, each >= {TRAINING_SEED_RANGE} (training episodes draw their seeds below it)")
     if choice.paired_horizon < 0:
         raise ConfigError(path, "candidate_choice.paired_horizon", choice.paired_horizon, "must be >= 0 (0: GAE)")
+    if choice.surrogate_episodes < 0:
+        raise ConfigError(path, "candidate_choice.surrogate_episodes", choice.surrogate_episodes, "must be >= 0 (0: train on the simulator)")
+    if choice.surrogate_steps <= 0:
+        raise ConfigError(path, "candidate_choice.surrogate_steps", choice.surrogate_steps, "must be > 0")
     if choice.prior_weight <= 0:
         raise ConfigError(path, "candidate_choice.prior_weight", choice.prior_weight, "must be > 0 (the warm start is the planner's choice)")
     for spec in choice.scenarios:
@@ -186,8 +197,15 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     fixed_best = reference_goodput(specs, seeds, "static-best", progress)
 
     torch.manual_seed(config.seed)
-    factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon)) for _ in range(config.n_envs)]
-    venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
+    if choice.surrogate_episodes:
+        from rlsched.agents.ppo.surrogate import SurrogateChoiceEnv, SurrogateEpisode
+
+        tables = [SurrogateEpisode.load(p) for p in record_surrogate(specs, choice.surrogate_episodes, config.seed, run / "surrogate", progress)]
+        factories = [lambda: Monitor(SurrogateChoiceEnv(tables, choice.surrogate_steps, choice.paired_horizon)) for _ in range(config.n_envs)]
+        venv = DummyVecEnv(factories)  # microseconds per step: processes would cost more than they share
+    else:
+        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon)) for _ in range(config.n_envs)]
+        venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
     venv.seed(config.seed)
     model = scorer_model(config, venv, run, normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
                          policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False})
@@ -231,6 +249,36 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     plot_curve(curve, planner, fixed_best, warm[0], run / "learning_curve.png", model.logger, policy_label="candidate-ppo (validation)",
                warm_label="warm start (the library planner)", ylabel="Goodput summed over validation, x the warm start", summed=True)
     return run
+
+
+def _record_one(job: tuple[str, int, str]) -> str:
+    """Record and save one surrogate episode (a worker process's job): (scenario spec, seed, file)."""
+    from rlsched.agents.experts import scenario_of
+    from rlsched.agents.ppo.surrogate import record_episode
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    spec, seed, path = job
+    record_episode(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), seed, f"{spec} seed {seed}").save(Path(path))
+    return path
+
+
+def record_surrogate(specs: tuple[str, ...], episodes: int, seed: int, folder: Path, progress: bool) -> list[Path]:
+    """Record ``episodes`` surrogate episodes of each scenario in ``specs`` into ``folder``
+    (training seeds drawn below :data:`TRAINING_SEED_RANGE` from ``seed``), one process per
+    core; a file already there is kept (a stopped run resumes). Returns the files."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm import tqdm
+
+    folder.mkdir(parents=True, exist_ok=True)
+    seeds = np.random.default_rng(seed).integers(TRAINING_SEED_RANGE, size=(len(specs), episodes))
+    jobs = [(spec, int(seeds[i, k]), str(folder / f"{i:02d}-{k:03d}.npz")) for i, spec in enumerate(specs) for k in range(episodes)]
+    todo = [job for job in jobs if not Path(job[2]).exists()]
+    with ProcessPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(todo) or 1))) as pool:
+        for _ in tqdm(pool.map(_record_one, todo), total=len(todo), desc="recording surrogate episodes", unit="episode", disable=not progress):
+            pass
+    return [Path(job[2]) for job in jobs]
 
 
 class PairedCandidateAdvantages(BaseCallback):

@@ -1284,15 +1284,23 @@ class Planner:
                          accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[list[tuple[float, float, float]]]:
         """:meth:`assess_many` at each of several forecasts (windows of rates): every MPS option
         the configurations place is valued at all the forecasts in one vectorised call."""
+        configurations = list(configurations)
+        options = self.forecast_options([*configurations, *([current] if current is not None else [])], forecasts, accuracy, rate_cv)
+        return [self.assess_many(configurations, windows, current, accuracy, rate_cv, options[k]) for k, windows in enumerate(forecasts)]
+
+    def forecast_options(self, configurations: Sequence[Configuration], forecasts: Sequence[Sequence[Rates]],
+                         accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[dict[tuple, float]]:
+        """Per forecast, the value of every MPS option the configurations place (the
+        ``options`` :meth:`assess_many` takes), all forecasts in one vectorised call per option."""
         accuracy = dict(accuracy or {})
         options: list[dict[tuple, float]] = [{} for _ in forecasts]
-        keys = {self._option_key(c, name) for c in [*configurations, *([current] if current is not None else [])]
+        keys = {self._option_key(c, name) for c in configurations
                 for name, p in c.placements.items() if c.modes[p.gpu_index][p.instance_index] != SharingMode.PRIORITY_FILL}
         for key in keys:
             name, profile, mps_pct, batch, sharing = key
             for k, value in enumerate(self.option_values(self.scenario.tenant(name), profile, mps_pct, forecasts, accuracy, batch, rate_cv, sharing)):
                 options[k][key] = value
-        return [self.assess_many(configurations, windows, current, accuracy, rate_cv, options[k]) for k, windows in enumerate(forecasts)]
+        return options
 
     def assess_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
                     accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None,
