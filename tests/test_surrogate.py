@@ -63,6 +63,7 @@ def test_the_surrogate_has_the_request_level_spaces_random_starts_and_short_epis
         assert masks[0] and masks.sum() == len(env.offered)
         steps, truncated = 0, False
         while not truncated:
+            assert env._library_choice(env.t, env.running) == env._candidate(env.planner_choice())  # the continuations' shortcut
             observation, reward, terminated, truncated, info = env.step(env.planner_choice())
             assert not terminated and np.isfinite(reward) and info["paired_advantage"] == 0.0
             steps += 1
@@ -143,3 +144,52 @@ def test_bad_surrogate_settings_name_the_file_and_field(tmp_path, override, fiel
     path.write_text(yaml.safe_dump({"candidate_choice": {"scenarios": [TINY], **override}}))
     with pytest.raises(ConfigError, match=f"bad.yaml.*candidate_choice.{field}"):
         load_candidate_config(path)
+
+
+def test_every_actions_advantage_is_its_paired_advantage_and_the_planners_own_is_zero(recorded):
+    _, episode = recorded
+    env = SurrogateChoiceEnv([episode], episode_steps=8, paired_horizon=5, action_advantages=True)
+    env.reset(seed=2)
+    truncated = False
+    while not truncated:
+        advantages = env.slot_advantages(5)
+        planned = env._candidate(env.planner_choice())
+        for slot in range(len(env.offered)):
+            chosen = env._candidate(slot)
+            assert advantages[slot] == pytest.approx(env._paired_advantage(chosen, planned) if chosen != planned else 0.0, abs=1e-9)
+        assert not advantages[len(env.offered):].any()
+        slot = int(np.argmax(advantages))
+        _, _, _, truncated, info = env.step(slot)
+        np.testing.assert_array_equal(info["action_advantages"], advantages)
+        assert info["paired_advantage"] == pytest.approx(advantages[slot])
+
+
+@pytest.fixture(scope="module")
+def one_gpu() -> SurrogateEpisode:
+    return record_episode(GpuShareEnv(TINY), SEED, "test")
+
+
+def test_expected_ppo_raises_the_policys_expected_advantage_on_the_states_it_trained_on(one_gpu):
+    import torch
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
+    from rlsched.agents.ppo.expected_ppo import ExpectedPPO
+
+    venv = DummyVecEnv([lambda: SurrogateChoiceEnv([one_gpu], episode_steps=4, paired_horizon=4, action_advantages=True) for _ in range(4)])
+    model = ExpectedPPO(CandidateScorerPolicy, venv, n_steps=32, batch_size=32, n_epochs=4, learning_rate=3e-3, seed=0, device="cpu",
+                        policy_kwargs={"hidden": 16, "prior_weight": 2.0, "learn_prior": False})
+    model.learn(128)
+    assert model.action_advantages is not None and model.action_advantages.shape == (32, 4, 12)
+    advantages = torch.as_tensor(model.action_advantages.reshape(-1, 12))
+    assert advantages.any()  # departures are measured (on the tiny node they all lose: the update moves mass onto the planner's choice)
+    observations = torch.as_tensor(model.rollout_buffer.observations.reshape(128, -1))
+    masks = torch.as_tensor(model.rollout_buffer.action_masks.reshape(128, 12)).bool()
+
+    def expected_advantage() -> float:
+        with torch.no_grad():
+            return float((model._log_probs(observations, masks).exp() * advantages).sum(dim=-1).mean())
+
+    before = expected_advantage()
+    model.train()  # one more update on the same rollout
+    assert expected_advantage() > before

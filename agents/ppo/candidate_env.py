@@ -54,7 +54,9 @@ def offer_slots(gains: list[np.ndarray]) -> list[int]:
     """The candidates offered: keep (index 0), then the best under each forecast of ``gains``
     (each candidate's predicted gain over keeping under the EWMA forecast, under the burst one)
     in turn, until :data:`CANDIDATES`."""
-    orders = [list(np.argsort(-g, kind="stable")) for g in gains]
+    # While fewer than CANDIDATES are offered, an order's first CANDIDATES + 1 entries hold one
+    # not offered yet: the rest of the order is never read.
+    orders = [np.argsort(-g, kind="stable")[: CANDIDATES + 1].tolist() for g in gains]
     offered = [0]
     while len(offered) < min(CANDIDATES, len(gains[0])):
         for order in orders:
@@ -76,9 +78,9 @@ def candidate_observation(offered: list[int], gain_ewma: np.ndarray, gain_burst:
     rank = np.empty(len(offered))
     rank[order] = np.arange(len(offered)) / max(CANDIDATES - 1, 1)
     rows = np.zeros((CANDIDATES, len(CANDIDATE_FEATURES)))
-    for slot, i in enumerate(offered):
-        rows[slot] = (float(i == 0), gain_ewma[i] / scale, gain_last[slot] / scale, gain_burst[i] / scale,
-                      cost[i] / scale, value[i] / scale, rank[slot], moved[slot])
+    index = np.asarray(offered)
+    rows[: len(offered)] = np.column_stack([index == 0, gain_ewma[index] / scale, np.asarray(gain_last) / scale, gain_burst[index] / scale,
+                                            cost[index] / scale, value[index] / scale, rank, moved])
     glob = np.array([min(since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment])
     observation = np.concatenate([rows.ravel(), glob])
     return np.clip(np.nan_to_num(observation), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)

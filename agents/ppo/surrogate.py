@@ -47,6 +47,7 @@ from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.ppo.candidate_env import (BURST_WINDOW, CANDIDATE_FEATURES, CANDIDATES, FEATURE_LIMIT, GLOBAL_FEATURES,
                                               CandidateChoiceEnv, CandidateObserver, candidate_observation, offer_slots)
+from rlsched.agents.ppo.expected_ppo import ACTION_ADVANTAGES_KEY
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
@@ -205,13 +206,19 @@ class SurrogateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     :param paired_horizon: > 0: a step departing from the library planner's choice also
         measures the departure's worth over this many intervals (``info["paired_advantage"]``,
         as the request-level environment does); 0: none
+    :param action_advantages: every step also measures every action's paired advantage over
+        ``paired_horizon`` intervals (:meth:`slot_advantages`, in
+        ``info["action_advantages"]``: what :class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO` learns from)
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, episodes: list[SurrogateEpisode], episode_steps: int = 60, paired_horizon: int = 0) -> None:
+    def __init__(self, episodes: list[SurrogateEpisode], episode_steps: int = 60, paired_horizon: int = 0, action_advantages: bool = False) -> None:
         if not episodes:
             raise ValueError("SurrogateChoiceEnv needs at least one recorded episode")
+        if action_advantages and paired_horizon <= 0:
+            raise ValueError("action advantages need a paired horizon > 0")
+        self.action_advantages = action_advantages
         self.episodes = episodes
         self.episode_steps = episode_steps
         self.paired_horizon = paired_horizon
@@ -236,11 +243,16 @@ class SurrogateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         chosen = self._candidate(int(action))
         planned = self._candidate(self.planner_choice())
-        advantage = self._paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
+        info: dict[str, Any] = {}
+        if self.action_advantages:
+            info[ACTION_ADVANTAGES_KEY] = self.slot_advantages(self.paired_horizon)
+            info["paired_advantage"] = float(info[ACTION_ADVANTAGES_KEY][int(action)]) if chosen != planned else 0.0
+        else:
+            info["paired_advantage"] = self._paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
         reward = self._reward(self.t, self.running, chosen)
         self.since_change = 0 if chosen != self.running else self.since_change + 1
         self.running, self.t = chosen, self.t + 1
-        return self._observe(), reward, False, self.t >= self.end, {"paired_advantage": advantage}
+        return self._observe(), reward, False, self.t >= self.end, info
 
     def action_masks(self) -> np.ndarray:
         """True for the slots that hold a candidate."""
@@ -284,24 +296,47 @@ class SurrogateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         return int(self.order[self.offered[slot]]) if 0 <= slot < len(self.offered) else self.running
 
     def _library_choice(self, t: int, running: int) -> int:
-        """What the library planner applies at ``t`` while ``running`` runs (a branch's continuation)."""
-        order, gains = self._gains(t, running)
-        offered = offer_slots([gains[EWMA], gains[BURST]])
-        return int(order[offered[int(np.argmax(gains[EWMA][offered]))]])
+        """What the library planner applies at ``t`` while ``running`` runs (a branch's
+        continuation): the largest objective at the EWMA forecast, the running one on ties.
+        The best under the EWMA is always offered, so this needs no offer."""
+        e = self.episode
+        objective = e.value[t, EWMA] - e.cost[t, EWMA, running]
+        best = int(np.argmax(objective))
+        return best if objective[best] > objective[running] else running
 
     def _paired_advantage(self, chosen: int, rule: int) -> float:
         """What applying ``chosen`` instead of ``rule`` earns over :attr:`paired_horizon`
         intervals, both branches then following the library planner (the request-level
         environment's :meth:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv.paired_advantage`)."""
-        earned = []
-        for first in (chosen, rule):
-            total, running = self._reward(self.t, self.running, first), first
-            for t in range(self.t + 1, min(self.t + self.paired_horizon, self.episode.decisions - 1)):
-                nxt = self._library_choice(t, running)
-                total += self._reward(t, running, nxt)
-                running = nxt
-            earned.append(total)
-        return earned[0] - earned[1]
+        earned = self._branches(np.array([chosen, rule]), self.paired_horizon)
+        return float(earned[0] - earned[1])
+
+    def slot_advantages(self, horizon: int) -> np.ndarray:
+        """Every offered slot's paired advantage over the library planner's choice (its own slot
+        and the masked ones: 0), over ``horizon`` intervals: the advantage of every action at
+        once, all branches on the same tabulated traffic."""
+        firsts = np.array([self._candidate(s) for s in range(len(self.offered))] + [self._candidate(self.planner_choice())])
+        earned = self._branches(firsts, horizon)
+        advantages = np.zeros(CANDIDATES)
+        advantages[: len(self.offered)] = earned[:-1] - earned[-1]
+        return advantages
+
+    def _branches(self, firsts: np.ndarray, horizon: int) -> np.ndarray:
+        """Scaled reward over ``horizon`` intervals from the current decision of each branch
+        that applies ``firsts[b]`` now and then follows the library planner
+        (:meth:`_library_choice`), all branches stepped together."""
+        e, rows = self.episode, np.arange(len(firsts))
+        running = np.full(len(firsts), self.running)
+        total = np.zeros(len(firsts))
+        chosen = firsts
+        for t in range(self.t, min(self.t + horizon, e.decisions - 1)):
+            if t > self.t:
+                objective = e.value[t, EWMA][None, :] - e.cost[t, EWMA, running]
+                best = objective.argmax(axis=1)
+                chosen = np.where(objective[rows, best] > objective[rows, running], best, running)
+            total += (e.value[t + 1, LAST, chosen] / MIGRATOR_LOOKAHEAD - e.cost[t + 1, LAST, running, chosen]) / e.reward_scale
+            running = chosen
+        return total
 
 
 def replay_on_simulator(env: GpuShareEnv, seed: int, episode: SurrogateEpisode, choices: list[int]) -> np.ndarray:
