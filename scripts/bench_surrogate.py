@@ -50,21 +50,25 @@ def surrogate_speed(episodes: list, steps: int, paired_horizon: int) -> float:
     return steps / (time.perf_counter() - started)
 
 
-def ppo_speed(episodes: list, steps: int, n_envs: int, paired_horizon: int) -> float:
-    """Steps/s of MaskablePPO training (rollouts and updates) on ``n_envs`` surrogate environments,
-    with the shipped config's PPO settings and the candidate scorer."""
+def ppo_speed(episodes: list, steps: int, n_envs: int, paired_horizon: int, expected: bool) -> float:
+    """Steps/s of PPO training (rollouts and updates) on ``n_envs`` surrogate environments and
+    the candidate scorer, one torch thread as ``rlsched train`` runs it: MaskablePPO with paired
+    advantages, or ``expected``: ExpectedPPO with every action's."""
+    import torch
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
     from rlsched.agents.ppo.candidate_train import PairedCandidateAdvantages
+    from rlsched.agents.ppo.expected_ppo import ExpectedPPO
     from rlsched.agents.ppo.surrogate import SurrogateChoiceEnv
 
-    venv = DummyVecEnv([lambda: SurrogateChoiceEnv(episodes, paired_horizon=paired_horizon) for _ in range(n_envs)])
-    model = MaskablePPO(CandidateScorerPolicy, venv, n_steps=256, batch_size=1024, n_epochs=5, device="cpu", seed=0,
-                        normalize_advantage=not paired_horizon, policy_kwargs={"hidden": 64, "prior_weight": 50.0, "learn_prior": False})
+    torch.set_num_threads(1)
+    venv = DummyVecEnv([lambda: SurrogateChoiceEnv(episodes, paired_horizon=paired_horizon, action_advantages=expected) for _ in range(n_envs)])
+    model = (ExpectedPPO if expected else MaskablePPO)(CandidateScorerPolicy, venv, n_steps=256, batch_size=1024, n_epochs=5, device="cpu", seed=0,
+                                                       normalize_advantage=False, policy_kwargs={"hidden": 64, "prior_weight": 50.0, "learn_prior": False})
     started = time.perf_counter()
-    model.learn(steps, callback=[PairedCandidateAdvantages()] if paired_horizon else None)
+    model.learn(steps, callback=None if expected else [PairedCandidateAdvantages()])
     return model.num_timesteps / (time.perf_counter() - started)
 
 
@@ -77,7 +81,7 @@ def main() -> None:
     parser.add_argument("--surrogate-steps", type=int, default=20_000)
     parser.add_argument("--ppo-steps", type=int, default=0, help="PPO training steps timed on the surrogate (0: skip)")
     parser.add_argument("--n-envs", type=int, default=16)
-    parser.add_argument("--paired-horizon", type=int, default=12)
+    parser.add_argument("--paired-horizon", type=int, default=12, help="> 0 (the advantages' horizon, intervals)")
     parser.add_argument("--error", action="store_true", help="measure the recorded episode against the simulator")
     parser.add_argument("--every", type=int, default=6, help="--error: measure departures at every this many decisions")
     args = parser.parse_args()
@@ -104,10 +108,11 @@ def main() -> None:
         if args.request_steps:
             report[f"surrogate_x_request_level_paired_{horizon}"] = round(speed / report["request_level_steps_per_s"], 1)  # type: ignore[operator]
     if args.ppo_steps:
-        speed = ppo_speed(episodes, args.ppo_steps, args.n_envs, args.paired_horizon)
-        report["ppo_training_steps_per_s"] = round(speed, 0)
-        if args.request_steps:
-            report["ppo_training_x_request_level_env"] = round(speed / report["request_level_steps_per_s"], 1)  # type: ignore[operator]
+        for name, expected in (("maskable_ppo_paired", False), ("expected_ppo", True)):
+            speed = ppo_speed(episodes, args.ppo_steps, args.n_envs, args.paired_horizon, expected)
+            report[f"{name}_training_steps_per_s"] = round(speed, 0)
+            if args.request_steps:
+                report[f"{name}_training_x_request_level_env"] = round(speed / report["request_level_steps_per_s"], 1)  # type: ignore[operator]
     if args.error:
         if args.tables:
             parser.error("--error needs a recorded episode (leave out --tables)")

@@ -193,3 +193,26 @@ def test_expected_ppo_raises_the_policys_expected_advantage_on_the_states_it_tra
     before = expected_advantage()
     model.train()  # one more update on the same rollout
     assert expected_advantage() > before
+
+
+def test_on_the_tiny_node_the_surrogate_tracks_the_simulator(one_gpu):
+    from rlsched.agents.ppo.surrogate import surrogate_error
+
+    report = surrogate_error(GpuShareEnv(TINY), SEED, one_gpu, every=2, horizon=4)
+    assert report["path"]["surrogate_over_simulator"] == pytest.approx(1.0, abs=0.02)
+    assert report["departures"]["count"] > 0
+    assert report["departures"]["sign_agreement"] >= 0.8
+
+
+def test_the_benchmark_prints_its_speeds_and_the_error(tmp_path):
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_surrogate.py"
+    run = subprocess.run([sys.executable, str(script), "--scenario", TINY, "--request-steps", "3", "--surrogate-steps", "200",
+                          "--ppo-steps", "64", "--n-envs", "2", "--paired-horizon", "3", "--error", "--every", "3"],
+                         capture_output=True, text=True, check=True)
+    report = json.loads(run.stdout)
+    for key in ("request_level_steps_per_s", "surrogate_steps_per_s_paired_3", "maskable_ppo_paired_training_steps_per_s",
+                "expected_ppo_training_steps_per_s", "error"):
+        assert report[key], key
