@@ -29,3 +29,8 @@ class ConfigError(RlschedError):
         self.value = value
         self.reason = reason
         super().__init__(f"{self.source}: field '{field}' = {value!r}: {reason}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, Any, str]]:
+        # Raised in a worker process (e.g. recording surrogate episodes), it must cross back
+        # whole: the default pickling passes only the message and fails to rebuild it.
+        return (type(self), (self.source, self.field, self.value, self.reason))

@@ -216,3 +216,11 @@ def test_the_benchmark_prints_its_speeds_and_the_error(tmp_path):
     for key in ("request_level_steps_per_s", "surrogate_steps_per_s_paired_3", "maskable_ppo_paired_training_steps_per_s",
                 "expected_ppo_training_steps_per_s", "error"):
         assert report[key], key
+
+
+def test_a_config_error_raised_in_a_recording_worker_reaches_the_caller_whole():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(ConfigError("scenario.yaml", "tenants[0].slo_ms", -1, "must be > 0")))
+    assert isinstance(error, ConfigError) and (error.source, error.field, error.value) == ("scenario.yaml", "tenants[0].slo_ms", -1)
+    assert "scenario.yaml" in str(error)
