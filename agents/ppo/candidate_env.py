@@ -50,6 +50,19 @@ SINCE_CHANGE_SCALE = 30.0
 FEATURE_LIMIT = 10.0
 
 
+def read_node(env: GpuShareEnv) -> tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float], float]:
+    """What the observer reads from the node at a decision: per inference tenant the smoothed
+    arrival rate, the backlog and the accuracy (:func:`observed_load`) and the last interval's
+    measured arrival rate, requests/s; and the high-priority tenants' lowest SLO attainment
+    last interval."""
+    rates, backlog, accuracy = observed_load(env)
+    measured = env.backend.observe()
+    last = {n: float(measured.get(n, {}).get("arrival_rate_rps", r)) for n, r in rates.items()}
+    high = [t.name for t in env.scenario.inference_tenants() if t.priority == Priority.HIGH]
+    attainment = min((float(measured.get(n, {}).get("slo_attainment", 1.0)) for n in high), default=1.0)
+    return rates, backlog, accuracy, last, attainment
+
+
 def offer_slots(gains: list[np.ndarray]) -> list[int]:
     """The candidates offered: keep (index 0), then the best under each forecast of ``gains``
     (each candidate's predicted gain over keeping under the EWMA forecast, under the burst one)
@@ -149,9 +162,7 @@ class CandidateObserver:
         self.since_change = 0 if env.current != self.last_configuration else self.since_change + 1
         self.last_configuration = env.current
         self.library.refresh()
-        rates, backlog, accuracy = observed_load(env)
-        measured = env.backend.observe()
-        last = {n: float(measured.get(n, {}).get("arrival_rate_rps", r)) for n, r in rates.items()}
+        rates, backlog, accuracy, last, attainment = read_node(env)
         self.history.append(last)
         burst = {n: max(h[n] for h in self.history) for n in rates}
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
@@ -165,8 +176,6 @@ class CandidateObserver:
         offered = [self.scored.configurations[i] for i in self.offered]
         at_last = self.library.value(offered, self.planner.forecast([last] * MIGRATOR_LOOKAHEAD, backlog), accuracy)
         gain_last = at_last.objective - at_last.objective[0]
-        high = [t.name for t in env.scenario.inference_tenants() if t.priority == Priority.HIGH]
-        attainment = min((float(measured.get(n, {}).get("slo_attainment", 1.0)) for n in high), default=1.0)
         burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
         return candidate_observation(self.offered, gain_ewma, gain_burst, gain_last, self.scored.cost, self.scored.value,
                                      [self._moved(c, env.current) for c in offered], self.reward_scale,

@@ -43,16 +43,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.ppo.candidate_env import (BURST_WINDOW, CANDIDATE_FEATURES, CANDIDATES, FEATURE_LIMIT, GLOBAL_FEATURES,
-                                              CandidateChoiceEnv, CandidateObserver, candidate_observation, offer_slots)
+                                              CandidateChoiceEnv, CandidateObserver, candidate_observation, offer_slots, read_node)
 from rlsched.agents.ppo.expected_ppo import ACTION_ADVANTAGES_KEY
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 from rlsched.fileio import write_bytes_atomically
-from rlsched.workloads.tenants import Priority
 
 #: The observer's forecasts, in the tables' ``f`` axis.
 FORECASTS: tuple[str, ...] = ("ewma", "burst", "last")
@@ -120,13 +118,8 @@ class SurrogateEpisode:
 
 
 def _inputs(env: GpuShareEnv) -> dict[str, Any]:
-    """What the observer reads from the node at a decision (see :meth:`CandidateObserver.observe`)."""
-    rates, backlog, accuracy = observed_load(env)
-    measured = env.backend.observe()
-    last = {n: float(measured.get(n, {}).get("arrival_rate_rps", r)) for n, r in rates.items()}
-    high = [t.name for t in env.scenario.inference_tenants() if t.priority == Priority.HIGH]
-    attainment = min((float(measured.get(n, {}).get("slo_attainment", 1.0)) for n in high), default=1.0)
-    return {"rates": rates, "backlog": backlog, "accuracy": accuracy, "last": last, "attainment": attainment}
+    """What the observer reads from the node at a decision (:func:`~rlsched.agents.ppo.candidate_env.read_node`)."""
+    return dict(zip(("rates", "backlog", "accuracy", "last", "attainment"), read_node(env), strict=True))
 
 
 def record_episode(env: GpuShareEnv, seed: int, name: str = "", progress: bool = False) -> SurrogateEpisode:
@@ -152,18 +145,16 @@ def record_episode(env: GpuShareEnv, seed: int, name: str = "", progress: bool =
     inputs.append(_inputs(env))
     path.append(env.current)
     since.append(observer.since_change + int(env.current == observer.last_configuration))
+    for t, step in enumerate(inputs):  # the burst forecast: the largest of the last BURST_WINDOW intervals' rates
+        window = inputs[max(t + 1 - BURST_WINDOW, 0): t + 1]
+        step["burst"] = {n: max(w["last"][n] for w in window) for n in step["rates"]}
     configurations: list[Configuration] = []
     for c in [*path, *observer.library.configurations]:
         if c not in configurations:
             configurations.append(c)
     value, cost = _tabulate(observer, configurations, inputs, name, progress)
     moved = np.array([[CandidateObserver._moved(k, j) for k in configurations] for j in configurations], dtype=np.float32)
-    history: list[dict[str, float]] = []
-    burst_ratio = []
-    for step in inputs:
-        history = [*history, step["last"]][-BURST_WINDOW:]
-        burst = {n: max(h[n] for h in history) for n in step["rates"]}
-        burst_ratio.append(max((burst[n] / max(r, 1e-9) - 1.0 for n, r in step["rates"].items()), default=0.0))
+    burst_ratio = [max((step["burst"][n] / max(r, 1e-9) - 1.0 for n, r in step["rates"].items()), default=0.0) for step in inputs]
     return SurrogateEpisode(value=value, cost=cost, moved=moved, path=np.array([configurations.index(c) for c in path]),
                             since_change=np.array(since), burst_ratio=np.array(burst_ratio, dtype=np.float32),
                             attainment=np.array([s["attainment"] for s in inputs], dtype=np.float32),
@@ -180,11 +171,8 @@ def _tabulate(observer: CandidateObserver, configurations: list[Configuration], 
     count = len(configurations)
     value = np.zeros((len(inputs), len(FORECASTS), count), dtype=np.float32)
     cost = np.zeros((len(inputs), len(FORECASTS), count, count), dtype=np.float32)
-    history: list[dict[str, float]] = []
     for t, step in enumerate(tqdm(inputs, desc=f"tabulating {name}", unit="decision", disable=not progress, leave=False)):
-        history = [*history, step["last"]][-BURST_WINDOW:]
-        burst = {n: max(h[n] for h in history) for n in step["rates"]}
-        forecasts = [planner.forecast([rates] * MIGRATOR_LOOKAHEAD, step["backlog"]) for rates in (step["rates"], burst, step["last"])]
+        forecasts = [planner.forecast([step[f]] * MIGRATOR_LOOKAHEAD, step["backlog"]) for f in ("rates", "burst", "last")]
         options = planner.forecast_options(configurations, forecasts, step["accuracy"])
         for j, running in enumerate(configurations):
             for f, windows in enumerate(forecasts):
