@@ -120,11 +120,12 @@ def test_tables_round_trip_and_a_bad_file_names_itself(tmp_path, recorded):
         SurrogateEpisode.load(tmp_path / "partial.npz")
 
 
-def test_training_on_the_surrogate_records_its_tables_and_validates_on_the_simulator(tmp_path):
+@pytest.mark.parametrize("expected_ppo", [False, True], ids=["maskable-ppo", "expected-ppo"])
+def test_training_on_the_surrogate_records_its_tables_and_validates_on_the_simulator(tmp_path, expected_ppo):
     from rlsched.agents.ppo.candidate_train import train_candidate_choice
 
     config = {"candidate_choice": {"scenarios": [TINY, TWO_GPUS], "validation_seeds": [1_000_003], "prior_weight": 2.0,
-                                   "surrogate_episodes": 1, "surrogate_steps": 4, "paired_horizon": 3},
+                                   "surrogate_episodes": 1, "surrogate_steps": 4, "paired_horizon": 3, "expected_ppo": expected_ppo},
               "total_timesteps": 64, "n_envs": 4, "eval_freq": 32, "progress_bar": False, "ppo": {"n_steps": 16, "batch_size": 32, "n_epochs": 1}}
     path = tmp_path / "surrogate.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -136,7 +137,8 @@ def test_training_on_the_surrogate_records_its_tables_and_validates_on_the_simul
     assert (run / "policy.onnx").exists()
 
 
-@pytest.mark.parametrize(("override", "field"), [({"surrogate_episodes": -1}, "surrogate_episodes"), ({"surrogate_steps": 0}, "surrogate_steps")])
+@pytest.mark.parametrize(("override", "field"), [({"surrogate_episodes": -1}, "surrogate_episodes"), ({"surrogate_steps": 0}, "surrogate_steps"),
+                                               ({"expected_ppo": True}, "expected_ppo")])
 def test_bad_surrogate_settings_name_the_file_and_field(tmp_path, override, field):
     from rlsched.agents.ppo.candidate_train import load_candidate_config
 
