@@ -63,6 +63,14 @@ def read_node(env: GpuShareEnv) -> tuple[dict[str, float], dict[str, float], dic
     return rates, backlog, accuracy, last, attainment
 
 
+def moved_fraction(config: Configuration, current: Configuration) -> float:
+    """Fraction of tenants whose GPU, GI, share or batch differs from the running configuration (the ``moved`` feature)."""
+    names = list(current.placements)
+    changed = sum(config.placements.get(n) != current.placements[n] or
+                  config.layouts[current.placements[n].gpu_index] != current.layouts[current.placements[n].gpu_index] for n in names)
+    return changed / max(len(names), 1)
+
+
 def offer_slots(gains: list[np.ndarray]) -> list[int]:
     """The candidates offered: keep (index 0), then the best under each forecast of ``gains``
     (each candidate's predicted gain over keeping under the EWMA forecast, under the burst one)
@@ -178,16 +186,9 @@ class CandidateObserver:
         gain_last = at_last.objective - at_last.objective[0]
         burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
         return candidate_observation(self.offered, gain_ewma, gain_burst, gain_last, self.scored.cost, self.scored.value,
-                                     [self._moved(c, env.current) for c in offered], self.reward_scale,
+                                     [moved_fraction(c, env.current) for c in offered], self.reward_scale,
                                      self.since_change, burst_ratio, attainment)
 
-    @staticmethod
-    def _moved(config: Configuration, current: Configuration) -> float:
-        """Fraction of tenants whose GPU, GI, share or batch differs from the running configuration."""
-        names = list(current.placements)
-        changed = sum(config.placements.get(n) != current.placements[n] or
-                      config.layouts[current.placements[n].gpu_index] != current.layouts[current.placements[n].gpu_index] for n in names)
-        return changed / max(len(names), 1)
 
 
 class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
