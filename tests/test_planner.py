@@ -924,6 +924,81 @@ def test_the_error_budget_is_the_targets_slack_less_the_late_answers_over_the_wi
     assert bursts.guard("resnet", 500.0, 0).error_budget == 0.0
 
 
+def test_a_guard_waits_for_bursts_while_its_budget_lasts_and_a_restart_s_miss_is_not_the_tenant_s():
+    """A measured tenant's guard lets the planner wait for a burst (``reacts``) while its error
+    budget lasts; not before the tenant is measured, nor right after it missed its target. A
+    miss in the interval it was (re)started in, or in the next one while the backlog drains,
+    is the restart's: the budget is kept. A miss of its own lifts the budget."""
+    from rlsched.agents.baselines.planners import BurstRates
+
+    bursts = BurstRates(["resnet"], lookahead=6, interval_s=10.0)
+    assert not bursts.guard("resnet", 500.0).reacts  # not measured yet
+    bursts.record({"resnet": {"arrival_rate_rps": 500.0, "slo_attainment": 0.0, "active": 1.0}}, restarted={"resnet"})
+    guard = bursts.guard("resnet", 500.0)  # the start's miss
+    assert (guard.reacts, guard.error_budget) == (True, pytest.approx(bursts.error_budget("resnet", 500.0)))
+    bursts.record({"resnet": {"arrival_rate_rps": 500.0, "slo_attainment": 0.5, "active": 1.0}})
+    guard = bursts.guard("resnet", 500.0)  # its backlog draining
+    assert (guard.reacts, guard.error_budget) == (True, pytest.approx(bursts.error_budget("resnet", 500.0)))
+    bursts.record({"resnet": {"arrival_rate_rps": 500.0, "slo_attainment": 0.9, "active": 1.0}})
+    guard = bursts.guard("resnet", 500.0)  # a miss of its own
+    assert (guard.reacts, guard.error_budget) == (False, float("inf"))
+    bursts.record({"resnet": {"arrival_rate_rps": 500.0, "slo_attainment": 1.0, "active": 1.0}})
+    assert bursts.guard("resnet", 500.0).reacts
+    assert not bursts.guard("resnet", 500.0, 1).reacts  # 8,000 late of 25,000: the budget is spent
+
+
+def test_staying_is_charged_for_what_waiting_for_a_burst_and_reacting_leaves_beyond_the_budget(default_env):
+    """resnet in a 2g serves 500 req/s on time and 1,000 not at all. Staying there, where the
+    guard lets the planner react, costs the late answers of one interval at the burst rate and
+    a restart's, beyond the error budget; a placement it would move to is charged in full."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import queue_planner
+    from rlsched.solver.planner import SLO_GUARD_PENALTY, SloGuard
+
+    planner = queue_planner(default_env)
+    resnet = default_env.scenario.tenant("resnet")
+    weight = SLO_GUARD_PENALTY * default_env.scenario.weights.priority["high"]
+    rates, probabilities = np.array([500.0, 1000.0]), np.array([0.5, 0.5])
+    full = weight * (44550.0 - 15000.0)
+    for reacts in (False, True):
+        planner.slo_guards = {"resnet": SloGuard(0.99, rates, probabilities, error_budget=0.0, reacts=reacts)}
+        assert planner.slo_guard_cost(resnet, "2g.10gb", 100.0, 32, 60.0, 0) == pytest.approx(full, rel=1e-3)
+    guard = planner.slo_guards["resnet"]
+    guarded = planner.guarded_on_time(resnet, "2g.10gb", 100.0, 32, 0)
+    assert guarded is not None
+    late = planner.reaction_late_requests(resnet, "2g.10gb", 100.0, 32, 0, guard, guarded[1], 60.0)
+    # At 1,000 req/s: one interval late (10,000), then a restart whose backlog the 2g never
+    # drains (it serves about 720 req/s), so a second interval lost; at 500 req/s nothing late.
+    assert late == pytest.approx(0.5 * 20_000, rel=1e-6)
+    assert planner.slo_guard_cost(resnet, "2g.10gb", 100.0, 32, 60.0, 0, staying=True) == pytest.approx(weight * late)
+    planner.slo_guards = {"resnet": SloGuard(0.99, rates, probabilities, error_budget=late - 100.0, reacts=True)}
+    assert planner.slo_guard_cost(resnet, "2g.10gb", 100.0, 32, 60.0, 0, staying=True) == pytest.approx(weight * 100.0)
+    planner.slo_guards = {"resnet": SloGuard(0.99, rates, probabilities, error_budget=1e6, reacts=True)}
+    assert planner.slo_guard_cost(resnet, "2g.10gb", 100.0, 32, 60.0, 0, staying=True) == 0.0
+    assert planner.slo_guard_cost(resnet, "2g.10gb", 100.0, 32, 60.0, 0) == pytest.approx(full, rel=1e-3)
+
+
+def test_the_planner_waits_in_the_running_placement_for_a_burst_its_budget_can_meet(default_env):
+    """resnet runs in the 2g the Goodput objective gives it at 430 req/s. Guarded at a burst
+    rate of 900 req/s that it has not reached, it is moved into a GI that serves the burst;
+    allowed to wait for the burst (``reacts``) with a budget that covers reacting, it stays."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import queue_planner
+    from rlsched.solver.planner import SloGuard
+
+    planner = queue_planner(default_env)
+    rates = [{"resnet": 430.0, "vgg": 120.0, "bert": 250.0, "alexnet": 900.0}] * 6
+    running = planner.plan(rates, None).configuration
+    assert _resnet_profile(running) == "2g.10gb"
+    burst = (np.array([430.0, 900.0]), np.array([0.5, 0.5]))
+    planner.slo_guards = {"resnet": SloGuard(0.99, *burst, error_budget=50_000.0)}
+    assert _resnet_profile(planner.plan(rates, running).configuration) != "2g.10gb"
+    planner.slo_guards = {"resnet": SloGuard(0.99, *burst, error_budget=50_000.0, reacts=True)}
+    assert planner.plan(rates, running).configuration.placements["resnet"] == running.placements["resnet"]
+
+
 def test_a_running_guarded_tenants_restart_is_charged_beyond_its_error_budget(default_env):
     """resnet at 500 req/s restarted for 5 s leaves 2,500 requests unanswered and more late
     while its backlog drains: the guard charges SLO_GUARD_PENALTY x its weight for each beyond

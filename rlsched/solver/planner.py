@@ -150,12 +150,18 @@ class SloGuard:
     :param error_budget: requests the tenant may still answer late over its SLO window
         before it misses the target; a restart of the running tenant is charged the guard's
         penalty for the late answers it leaves beyond this (inf: not charged)
+    :param reacts: the planner may wait for a burst in the running placement and react to
+        it once measured, paying the late answers from the error budget
+        (:meth:`Planner.slo_guard_cost`'s ``staying``): the tenant has been measured, its
+        budget is not spent, and it met its target over its last interval (or missed it only
+        by restarting)
     """
 
     target: float
     rates_rps: np.ndarray
     probabilities: np.ndarray
     error_budget: float = math.inf
+    reacts: bool = False
 
 
 @dataclass(frozen=True)
@@ -562,17 +568,49 @@ class Planner:
         return [self._background_value(tenant, profile, mps_pct, batch, rates, accuracy, co_runners=co_runners) for rates in forecasts]
 
     def slo_guard_cost(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, horizon_s: float,
-                       co_runners: int | None = None, rate_cv: Rates | None = None) -> float:
+                       co_runners: int | None = None, rate_cv: Rates | None = None, staying: bool = False) -> float:
         """What its :class:`SloGuard` charges ``tenant`` for a placement in a GI of ``profile``
         at ``mps_pct`` and ``batch`` over ``horizon_s``: :data:`SLO_GUARD_PENALTY` x its
         priority weight x the requests predicted late beyond the target (0 for a tenant
-        without a guard)."""
-        guarded = self.guarded_requests(tenant, profile, mps_pct, batch, horizon_s, co_runners, rate_cv)
+        without a guard).
+
+        ``staying``: the placement is the tenant's running one. Where the guard
+        :attr:`~SloGuard.reacts`, staying is charged at most for the late answers that waiting
+        for a burst and then reacting to it would leave beyond the error budget
+        (:meth:`reaction_late_requests`): a burst the node can afford to meet when it comes
+        is not worth restarting every tenant for before it is measured. On the guard's prior
+        alone, DeepSeek-R1 chunk 66 had all four tenants restarted at the second interval for
+        bursts that never came: 0.955x the fixed configuration, and 1.22x waiting
+        (docs/planner-bursts.md, stop 61).
+        """
+        guarded = self.guarded_on_time(tenant, profile, mps_pct, batch, co_runners, rate_cv)
         if guarded is None:
             return 0.0
-        on_time, requests = guarded
-        shortfall = max(self.slo_guards[tenant.name].target * requests - on_time, 0.0)
-        return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * shortfall
+        guard, on_time = guarded
+        requests = guard.rates_rps * guard.probabilities * horizon_s
+        weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
+        charge = weight * max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
+        if staying and guard.reacts and charge > 0.0:
+            late = self.reaction_late_requests(tenant, profile, mps_pct, batch, co_runners, guard, on_time, horizon_s)
+            charge = min(charge, weight * max(late - guard.error_budget, 0.0))
+        return charge
+
+    def reaction_late_requests(self, tenant: InferenceTenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None,
+                               guard: SloGuard, on_time: np.ndarray, horizon_s: float) -> float:
+        """Requests ``tenant`` answers late over ``horizon_s`` if it stays in its placement
+        (on-time fraction ``on_time`` at each of ``guard``'s rates) until a burst is measured
+        and then restarts: at each rate, the late answers of one decision interval there plus
+        a restart's (the requests arriving while it is down and those late while the backlog
+        drains at the placement's capacity, at most the interval's), or staying's over the
+        whole horizon where that is fewer; weighted by the rates' probabilities."""
+        late_share = 1.0 - on_time
+        staying = late_share * guard.rates_rps * horizon_s
+        capacity_rps, slack_s = self.drain(tenant, profile, mps_pct, batch, co_runners)
+        downtime_s = tenant.restart_s
+        restart = np.array([min(rate * downtime_s + self.late_after_restart(rate, downtime_s, capacity_rps, slack_s, self.interval_s),
+                                rate * self.interval_s) for rate in guard.rates_rps])
+        reacting = late_share * guard.rates_rps * min(self.interval_s, horizon_s) + restart
+        return float(guard.probabilities @ np.minimum(staying, reacting))
 
     def guarded_requests(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, horizon_s: float,
                          co_runners: int | None = None, rate_cv: Rates | None = None) -> tuple[float, float] | None:
@@ -588,11 +626,22 @@ class Planner:
         (:func:`~rlsched.simulator.queueing.replay_on_time_fraction`). The table sees a rate
         and an index of dispersion, not requests that come in clusters within milliseconds
         and wait behind each other's batches (docs/planner-bursts.md, stop 58)."""
+        guarded = self.guarded_on_time(tenant, profile, mps_pct, batch, co_runners, rate_cv)
+        if guarded is None:
+            return None
+        guard, on_time = guarded
+        requests = guard.rates_rps * guard.probabilities * horizon_s
+        return float(on_time @ requests), float(requests.sum())
+
+    def guarded_on_time(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None,
+                        rate_cv: Rates | None = None) -> tuple[SloGuard, np.ndarray] | None:
+        """(``tenant``'s :class:`SloGuard`, the fraction of its requests on time at each of the
+        guard's rates) in a placement in a GI of ``profile`` at ``mps_pct`` and ``batch``
+        (:meth:`guarded_requests` says how); None for a tenant without a guard."""
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant):
             return None
         latency = self.latency_ms(tenant, profile, mps_pct, co_runners)
-        requests = guard.rates_rps * guard.probabilities * horizon_s
         b = min(batch, tenant.max_batch)
         on_time = self.on_time_table(tenant, guard.rates_rps, latency, [b], (rate_cv or {}).get(tenant.name, 0.0))[0]
         log = self.arrival_log.get(tenant.name)
@@ -606,7 +655,7 @@ class Planner:
                 if key not in replayed:
                     replayed[key] = replay_on_time_fraction(log, float(rate), latency, b, tenant.batch_timeout_ms, tenant.slo_ms)
                 on_time[k] = min(on_time[k], replayed[key])
-        return float(on_time @ requests), float(requests.sum())
+        return guard, on_time
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
                      drain: tuple[float, float] | None = None) -> float:
@@ -700,10 +749,11 @@ class Planner:
         ``t`` placed in ``gi`` on GPU g, worth ``value`` there (:meth:`assess_many`'s terms)."""
         share = mps_pct if mode == SharingMode.MPS else 100.0
         profile = gi.profile if gi else None
-        guard = self.slo_guard_cost(t, profile, share, batch, self.interval_s * len(windows), sharing, rate_cv) if mode == SharingMode.MPS else 0.0
+        staying = self.unchanged(t.name, current, g, gi, mps_pct, mode)
+        guard = self.slo_guard_cost(t, profile, share, batch, self.interval_s * len(windows), sharing, rate_cv, staying) if mode == SharingMode.MPS else 0.0
         cost = self._reconfiguration(t, current, g, gi, mps_pct, value, windows, self.memory_gib(t.name, batch),
                                      held if self.scenario.make_before_break else None, self.drain(t, profile, share, batch, sharing), mode)
-        hurdle = 0.0 if self.unchanged(t.name, current, g, gi, mps_pct, mode) else self.payback_hurdle(cost, held, t.name, current)
+        hurdle = 0.0 if staying else self.payback_hurdle(cost, held, t.name, current)
         return value - guard, cost, hurdle
 
     def _reconfiguration(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None,
@@ -987,7 +1037,7 @@ class Planner:
             held = held_values.get(t.name)
             for profile in sorted({gi.profile if gi else None for gi in placements}, key=lambda p: (p is None, p or "")):
                 table = []
-                guard_costs: dict[tuple, float] = {}  # (share, co-runners, batch) -> SLO guard cost
+                guard_costs: dict[tuple, float] = {}  # (share, co-runners, batch, staying) -> SLO guard cost
                 shares = set(self.share_levels) | ({running[2]} if running else set())
                 best: dict[int | None, float] = {}
                 for share in sorted(shares):
@@ -1011,10 +1061,11 @@ class Planner:
                                 continue
                             cost = self._reconfiguration(t, current, g, gi, share, value, rates, memory, held,
                                                          self.drain(t, profile, share, batch, count))
-                            hurdle = 0.0 if self.unchanged(t.name, current, g, gi, share) else self.payback_hurdle(cost, held, t.name, current)
-                            if (share, count, batch) not in guard_costs:
-                                guard_costs[share, count, batch] = self.slo_guard_cost(t, profile, share, batch, horizon_s, count, rate_cv)
-                            guard = guard_costs[share, count, batch]
+                            staying = self.unchanged(t.name, current, g, gi, share)
+                            hurdle = 0.0 if staying else self.payback_hurdle(cost, held, t.name, current)
+                            if (share, count, batch, staying) not in guard_costs:
+                                guard_costs[share, count, batch, staying] = self.slo_guard_cost(t, profile, share, batch, horizon_s, count, rate_cv, staying)
+                            guard = guard_costs[share, count, batch, staying]
                             options.append(PlanOption(t.name, g, gi, share, batch, memory, value - guard, cost, hurdle, count))
         return options
 
