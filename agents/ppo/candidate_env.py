@@ -190,7 +190,6 @@ class CandidateObserver:
                                      self.since_change, burst_ratio, attainment)
 
 
-
 class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     """``rlsched/GpuShare-v0`` with a choice among whole configurations as its action.
 

@@ -285,12 +285,17 @@ class SurrogateChoiceEnv(gym.Env[np.ndarray, np.int64]):
 
     def _library_choice(self, t: int, running: int) -> int:
         """What the library planner applies at ``t`` while ``running`` runs (a branch's
-        continuation): the largest objective at the EWMA forecast, the running one on ties.
-        The best under the EWMA is always offered, so this needs no offer."""
-        e = self.episode
-        objective = e.value[t, EWMA] - e.cost[t, EWMA, running]
-        best = int(np.argmax(objective))
-        return best if objective[best] > objective[running] else running
+        continuation; :meth:`_library_choices` for one branch)."""
+        return int(self._library_choices(t, np.array([running]))[0])
+
+    def _library_choices(self, t: int, running: np.ndarray) -> np.ndarray:
+        """What the library planner applies at ``t`` in each branch, ``running[b]`` running
+        there: the candidate of largest objective at the EWMA forecast, the running one on
+        ties. The best under the EWMA is always offered, so this needs no offer."""
+        objective = self.episode.value[t, EWMA][None, :] - self.episode.cost[t, EWMA, running]
+        best = objective.argmax(axis=1)
+        rows = np.arange(len(running))
+        return np.where(objective[rows, best] > objective[rows, running], best, running)
 
     def _paired_advantage(self, chosen: int, rule: int) -> float:
         """What applying ``chosen`` instead of ``rule`` earns over :attr:`paired_horizon`
@@ -312,16 +317,14 @@ class SurrogateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     def _branches(self, firsts: np.ndarray, horizon: int) -> np.ndarray:
         """Scaled reward over ``horizon`` intervals from the current decision of each branch
         that applies ``firsts[b]`` now and then follows the library planner
-        (:meth:`_library_choice`), all branches stepped together."""
-        e, rows = self.episode, np.arange(len(firsts))
+        (:meth:`_library_choices`), all branches stepped together."""
+        e = self.episode
         running = np.full(len(firsts), self.running)
         total = np.zeros(len(firsts))
         chosen = firsts
         for t in range(self.t, min(self.t + horizon, e.decisions - 1)):
             if t > self.t:
-                objective = e.value[t, EWMA][None, :] - e.cost[t, EWMA, running]
-                best = objective.argmax(axis=1)
-                chosen = np.where(objective[rows, best] > objective[rows, running], best, running)
+                chosen = self._library_choices(t, running)
             total += (e.value[t + 1, LAST, chosen] / MIGRATOR_LOOKAHEAD - e.cost[t + 1, LAST, running, chosen]) / e.reward_scale
             running = chosen
         return total

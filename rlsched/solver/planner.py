@@ -605,10 +605,9 @@ class Planner:
         whole horizon where that is fewer; weighted by the rates' probabilities."""
         late_share = 1.0 - on_time
         staying = late_share * guard.rates_rps * horizon_s
-        capacity_rps, slack_s = self.drain(tenant, profile, mps_pct, batch, co_runners)
-        downtime_s = tenant.restart_s
-        restart = np.array([min(rate * downtime_s + self.late_after_restart(rate, downtime_s, capacity_rps, slack_s, self.interval_s),
-                                rate * self.interval_s) for rate in guard.rates_rps])
+        drain = self.drain(tenant, profile, mps_pct, batch, co_runners)
+        restart = np.array([min(self.restart_late_requests(rate, tenant.restart_s, drain, self.interval_s), rate * self.interval_s)
+                            for rate in guard.rates_rps])
         reacting = late_share * guard.rates_rps * min(self.interval_s, horizon_s) + restart
         return float(guard.probabilities @ np.minimum(staying, reacting))
 
@@ -683,6 +682,15 @@ class Planner:
             penalty = -goodput_terms(self.weights, tenant.priority.value, violated=1.0).total
             loss += late * max(per_window / (rate * self.interval_s) + penalty, 0.0)
         return loss
+
+    def restart_late_requests(self, rate_rps: float, downtime_s: float, drain: tuple[float, float] | None, horizon_s: float) -> float:
+        """Requests a restart of ``downtime_s`` leaves late within ``horizon_s`` at ``rate_rps``:
+        those arriving while it is down, plus those late while the backlog drains at ``drain``
+        (:meth:`late_after_restart`; None: not counted)."""
+        late = rate_rps * downtime_s
+        if drain is not None:
+            late += self.late_after_restart(rate_rps, downtime_s, drain[0], drain[1], horizon_s)
+        return late
 
     @staticmethod
     def late_after_restart(rate_rps: float, downtime_s: float, capacity_rps: float, slack_s: float, horizon_s: float) -> float:
@@ -789,10 +797,7 @@ class Planner:
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant) or downtime_s <= 0.0 or not rates:
             return 0.0
-        rate = rates[0][tenant.name]
-        late = rate * downtime_s
-        if drain is not None:
-            late += self.late_after_restart(rate, downtime_s, drain[0], drain[1], self.interval_s * len(rates))
+        late = self.restart_late_requests(rates[0][tenant.name], downtime_s, drain, self.interval_s * len(rates))
         return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * max(late - guard.error_budget, 0.0)
 
     def unchanged(self, name: str, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float,
