@@ -150,6 +150,9 @@ class NvmlNodeBackend:
         self._time_s = 0.0
         self._mig_parted_applied: tuple | None = None
         self._applied: Configuration | None = None  # the configuration the MPS clients run
+        #: Per tenant, the seconds its client was down in the last interval's change (a client
+        #: stopped and started again; a staged switch costs none).
+        self._downtime_s: dict[str, float] = {}
         self.request_log = request_log
         self.wall_clock = wall_clock
         self._arrival_times: dict[str, np.ndarray] = {}
@@ -236,6 +239,7 @@ class NvmlNodeBackend:
     def _apply(self, config: Configuration) -> tuple[tuple[float, ...], int, str | None]:
         """(per-GPU seconds without instances, operations, failure text or None)."""
         layouts = list(config.layouts)
+        self._downtime_s = {}
         if self.mig_parted is not None:
             return self._apply_mig_parted(layouts)
         staged = self.apply and self.mps is not None and self._applied is not None and self.scenario.make_before_break
@@ -262,9 +266,22 @@ class NvmlNodeBackend:
             hooks.stage_in_kept_instances()
         if self.apply and self.mps is not None:
             uuids = [self.mig.mig_device_uuids(g) for g in range(len(layouts))]
-            self.mps.apply(client_targets(config, uuids), dry_run=False)
+            restarted = self.mps.apply(client_targets(config, uuids), dry_run=False).restarted
+            self._downtime_s = self._restart_downtime_s(config, restarted, seconds)
         self._applied = config
         return seconds, ops, None
+
+    def _restart_downtime_s(self, config: Configuration, restarted: Sequence[str], unavailable_s: Sequence[float]) -> dict[str, float]:
+        """Seconds each of the ``restarted`` tenants (clients stopped, then started again) was
+        without a ready client: its client's restart, plus its GPU's seconds without instances
+        (``unavailable_s``) where its GI is a new one. Staged tenants switched without a gap
+        and are not among them."""
+        downtime: dict[str, float] = {}
+        for name in restarted:
+            g, gi = _gi_of(config, name)
+            new_gi = self._applied is None or (gi is not None and gi not in self._applied.layouts[g].instances)
+            downtime[name] = self.mps.clients[name].restart_s + (unavailable_s[g] if new_gi else 0.0)  # type: ignore[union-attr]
+        return downtime
 
     def _apply_mig_parted(self, layouts: list) -> tuple[tuple[float, ...], int, str | None]:
         # mig-parted rebuilds every GPU on a label change: only relabel when the layouts change.
@@ -303,9 +320,10 @@ class NvmlNodeBackend:
                     slo_attainment=on_time / (completed + dropped) if completed + dropped else math.nan,
                     latency_ms_mean=m.get("latency_ms_mean", math.nan), latency_ms_p99=m.get("latency_ms_p99", math.nan),
                     utilization=m.get("utilization", 0.0), arrival_rate_rps=m.get("arrival_rate_rps", 0.0),
-                    arrival_rate_ewma_rps=m.get("arrival_rate_ewma_rps", 0.0),
+                    arrival_rate_ewma_rps=m.get("arrival_rate_ewma_rps", 0.0), downtime_s=self._downtime_s.get(t.name, 0.0),
                 )
-                stats.terms = goodput_terms(self.scenario.weights, t.priority.value, on_time, 1.0, stats.violated, dropped)
+                stats.terms = goodput_terms(self.scenario.weights, t.priority.value, on_time, 1.0, stats.violated, dropped,
+                                            downtime_s=stats.downtime_s)
                 tot = self._tenant_totals.setdefault(t.name, {"completed": 0.0, "dropped": 0.0, "on_time": 0.0})
                 tot["completed"] += completed
                 tot["dropped"] += dropped

@@ -69,22 +69,27 @@ class FakeClients:
         return max(gap, until_s - covered)
 
 
-def node(fault=None):
-    """A node in OLD with both clients ready, then the step to NEW (``fault``: (call, code, after_effect))."""
+def node(fault=None, make_before_break=True, steps=None):
+    """A node in OLD with both clients ready, then the step to NEW (``fault``: (call, code,
+    after_effect); ``steps``: a list the two steps' results are appended to)."""
     tenants = [InferenceTenant(n, "toy-a", slo_ms=50, arrivals=PoissonArrivals(10.0), restart_s=RESTART_S[n]) for n in ("a", "b")]
-    scenario = Scenario("staged", GPU, 1, 600.0, 10.0, tenants, reference=OLD, make_before_break=True)
+    scenario = Scenario("staged", GPU, 1, 600.0, 10.0, tenants, reference=OLD, make_before_break=make_before_break)
     fake = FakeNvml([GPU], layouts=["3g@0,2g@4"])
     runner = FakeClients(fake)
     clients = {n: TenantClient(("serve", n), restart_s=RESTART_S[n]) for n in RESTART_S}
     backend = NvmlNodeBackend(scenario, FakePerformanceModel(), nvml=fake, apply=True, mps=MpsManager(clients, runner=runner, base_env={}),
                               sleep=fake.sleep, clock=fake.clock, telemetry=False)
-    backend.step(OLD)
+    first = backend.step(OLD)
+    if steps is not None:
+        steps.append(first)
     started, calls = fake.clock(), len(fake.calls)
     if fault is not None:
         fake.inject_fault(fault[0], fault[1], after_effect=fault[2])
     error = None
     try:
-        backend.step(NEW)
+        result = backend.step(NEW)
+        if steps is not None:
+            steps.append(result)
     except (ApplyError, BackendError) as exc:
         error = exc
     return fake, runner, backend, started, len(fake.calls) - calls, error
@@ -105,6 +110,23 @@ def test_a_staged_change_switches_every_tenant_without_downtime():
     # The old 2g went only after b switched (a busy GI cannot be destroyed).
     assert fake.instance_of_uuid(backend.mps.running["b"][0].device_uuid) == (0, 6)
     assert backend.mps.running["a"][0].mps_pct == 50
+
+
+def test_each_step_reports_the_downtime_of_the_clients_it_stopped_and_started_again():
+    """What a policy reads to tell a restart's late answers from its tenant's own
+    (``BurstRates``): the first deployment and a full restart report each restarted client's
+    restart (plus its GPU's time without instances where its GI is new); a staged switch none."""
+    steps = []
+    node(steps=steps)
+    deployed, staged = steps
+    for tenant, restart_s in RESTART_S.items():
+        assert deployed.tenants[tenant].downtime_s >= restart_s
+        assert staged.tenants[tenant].downtime_s == 0.0
+    steps = []
+    node(make_before_break=False, steps=steps)
+    restarted = steps[1].tenants
+    assert restarted["a"].downtime_s == RESTART_S["a"]  # a new share in its kept 3g: the client's restart
+    assert restarted["b"].downtime_s > RESTART_S["b"]  # a new 1g: created (and the 2g destroyed) first
 
 
 @pytest.mark.parametrize("after_effect", [False, True], ids=["before-effect", "lost-reply"])
