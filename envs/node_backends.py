@@ -267,20 +267,20 @@ class NvmlNodeBackend:
         if self.apply and self.mps is not None:
             uuids = [self.mig.mig_device_uuids(g) for g in range(len(layouts))]
             restarted = self.mps.apply(client_targets(config, uuids), dry_run=False).restarted
-            self._downtime_s = self._restart_downtime_s(config, restarted, seconds)
+            self._downtime_s = self._restart_downtime_s(config, {n: self.mps.clients[n].restart_s for n in restarted}, seconds)
         self._applied = config
         return seconds, ops, None
 
-    def _restart_downtime_s(self, config: Configuration, restarted: Sequence[str], unavailable_s: Sequence[float]) -> dict[str, float]:
-        """Seconds each of the ``restarted`` tenants (clients stopped, then started again) was
-        without a ready client: its client's restart, plus its GPU's seconds without instances
-        (``unavailable_s``) where its GI is a new one. Staged tenants switched without a gap
-        and are not among them."""
+    def _restart_downtime_s(self, config: Configuration, restart_s: Mapping[str, float], unavailable_s: Sequence[float]) -> dict[str, float]:
+        """Seconds each restarted tenant (client stopped, then started again; ``restart_s``: its
+        client's restart, seconds) was without a ready client in ``config``: its restart, plus
+        its GPU's seconds without instances (``unavailable_s``) where its GI is a new one.
+        Staged tenants switched without a gap and are not among them."""
         downtime: dict[str, float] = {}
-        for name in restarted:
+        for name, seconds in restart_s.items():
             g, gi = _gi_of(config, name)
             new_gi = self._applied is None or (gi is not None and gi not in self._applied.layouts[g].instances)
-            downtime[name] = self.mps.clients[name].restart_s + (unavailable_s[g] if new_gi else 0.0)  # type: ignore[union-attr]
+            downtime[name] = seconds + (unavailable_s[g] if new_gi else 0.0)
         return downtime
 
     def _apply_mig_parted(self, layouts: list) -> tuple[tuple[float, ...], int, str | None]:
