@@ -3,6 +3,8 @@ deterministic; and the hindsight search stays an upper bound of the other polici
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -209,6 +211,11 @@ def test_the_backlog_a_restart_leaves_lowers_the_predicted_value(default_env, bu
     late = planner.late_after_restart(460.0, 5.0, drain[0], drain[1], 30.0)
     assert late > 0
     assert planner.late_after_restart(460.0, 0.0, drain[0], drain[1], 30.0) == 0.0
+    # A server that rejects what waited longer than 50 ms drains only the last 50 ms of arrivals.
+    assert drain[2] == math.inf
+    assert planner.late_after_restart(460.0, 5.0, drain[0], drain[1], 30.0, 0.05) < late / 10
+    rejecting = dataclasses.replace(resnet, queue_timeout_ms=50.0)
+    assert planner.drain(rejecting, "3g.20gb", 100.0, 32)[2] == pytest.approx(0.05)
     assert Planner(planner.scenario, planner.perf, planner.memory_gib).drain(resnet, "3g.20gb", 100.0, 32) is None  # migrator-ilp's: not priced
     assert planner.restart_loss(resnet, 5.0, value, rates, drain) > planner.restart_loss(resnet, 5.0, value, rates)
 

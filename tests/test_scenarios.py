@@ -96,6 +96,7 @@ tenants:
         ("duration_s: 60", "duration_s: 60\nbogus: 1", "bogus", 1),
         ("{kind: poisson, rate_rps: 100}", "{kind: trace, file: missing.csv}", "tenants[0].arrivals.file", "missing.csv"),
         ("slo_ms: 50,", "slo_ms: 50, priority: urgent,", "tenants[0].priority", "urgent"),
+        ("slo_ms: 50,", "slo_ms: 50, queue_timeout_ms: 0,", "tenants[0].queue_timeout_ms", 0),
     ],
 )
 def test_bad_scenario_names_file_field_and_value(tmp_path, old, new, field, value):

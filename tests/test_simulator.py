@@ -87,6 +87,30 @@ def test_dynamic_batching_waits_for_the_timeout_or_a_full_batch():
     assert out[q.O_BATCHES] == 1 and out[q.O_LATENCY_SUM_S] == pytest.approx(0.004 + 0.003 + 0.002 + 0.001)
 
 
+def test_a_queue_timeout_rejects_the_requests_that_outwaited_it_and_serves_the_rest_on_time():
+    rng = np.random.default_rng(0)
+    mean = np.array([0.0, 0.01, 0.01, 0.01, 0.01])  # 10 ms a batch of up to 4: 400 req/s
+
+    def serve(queue_timeout_s):
+        wait_buf, flight_buf, state = np.zeros(1000), np.zeros(4), q.new_state()
+        hist, out = np.zeros(q.HIST_BINS, dtype=np.int64), np.zeros(q.OUT_SIZE)
+        # 1 s of 200 req/s while the server is down (until t = 1 s), then 1 s more at that rate.
+        arrivals = np.arange(0.0, 2.0, 0.005)
+        q.serve_interval(arrivals, 0.0, 3.0, 1.0, wait_buf, flight_buf, state, mean, np.zeros(5), 4, 0.001, 0.05, rng, hist, out,
+                         queue_timeout_s)
+        return out
+
+    fifo, rejecting = serve(math.inf), serve(0.03)
+    for out in (fifo, rejecting):
+        assert out[q.O_ARRIVED] == 400 and out[q.O_COMPLETED] + out[q.O_DROPPED] == 400
+    # FIFO serves the 200 queued requests first, and the backlog makes later arrivals late too.
+    assert fifo[q.O_DROPPED] == 0 and fifo[q.O_ON_TIME] < 200 - 50
+    # With a 30 ms timeout the server rejects, on its return, what waited longer (all but the
+    # last 30 ms of the downtime's arrivals) and serves every later arrival within the SLO.
+    assert 190 <= rejecting[q.O_DROPPED] <= 195
+    assert rejecting[q.O_ON_TIME] == rejecting[q.O_COMPLETED] >= 200
+
+
 def test_histogram_bins_and_percentiles_are_within_two_percent():
     edges_ms = q.histogram_edges_ms()
     assert np.all(np.diff(edges_ms) > 0) and np.max(edges_ms[1:] / edges_ms[:-1]) <= 1 + 1 / 64 + 1e-12
@@ -163,6 +187,25 @@ def test_layout_change_costs_gi_time_plus_restart_and_requests_keep_queueing():
     sim2.reset(2, configuration=a)
     down = sim2.step(config("7g@0", {"t0": TenantPlacement(0, 0, 50, 8)})).tenants["t0"]  # MPS share change: restart
     assert down.restarted and down.completed == 0 and down.queued_at_end == down.arrived
+
+
+def test_a_queue_timeout_leaves_no_backlog_late_after_a_restart():
+    """The tenant's ``queue_timeout_ms`` reaches the server: after a 5 s restart a FIFO server
+    answers the next interval late while it drains the backlog; one that rejects what waited
+    longer than its SLO serves that interval on time."""
+    after_restart = {}
+    for timeout_ms in (None, 50.0):
+        tenant = InferenceTenant("a", "toy-a", slo_ms=50, arrivals=PoissonArrivals(600.0), max_batch=16, batch_timeout_ms=2,
+                                 queue_timeout_ms=timeout_ms, restart_s=5.0)
+        sim = NodeSimulator(scenario([tenant], mbb=False), FakePerformanceModel(), seed=3)
+        sim.reset(3, configuration=config("7g@0", {"a": TenantPlacement(0, 0, 100, 16)}))
+        down = sim.step(config("7g@0", {"a": TenantPlacement(0, 0, 50, 16)})).tenants["a"]  # share change: restart
+        assert down.restarted
+        after_restart[timeout_ms] = sim.step(config("7g@0", {"a": TenantPlacement(0, 0, 50, 16)})).tenants["a"]
+        if timeout_ms is not None:
+            assert down.dropped > 0.9 * 600 * 4.95  # what arrived while down, but its last 50 ms
+    assert after_restart[None].slo_attainment < 0.5
+    assert after_restart[50.0].slo_attainment > 0.98 and after_restart[50.0].dropped < 10
 
 
 def test_make_before_break_new_gi_on_free_slices_costs_no_downtime():

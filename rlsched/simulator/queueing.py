@@ -147,6 +147,7 @@ def serve_interval(
     rng: np.random.Generator,
     hist: np.ndarray,
     out: np.ndarray,
+    queue_timeout_s: float = math.inf,
 ) -> None:
     """Advance one tenant's server from ``t_start_s`` to ``t_end_s``.
 
@@ -166,6 +167,9 @@ def serve_interval(
     :param rng: the tenant's service-jitter Generator (numba draws from the same stream)
     :param hist: latency histogram (``HIST_*`` bins), incremented in place
     :param out: interval statistics (``O_*`` slots), incremented in place
+    :param queue_timeout_s: a request that has waited longer than this when the server forms
+        its next batch is rejected (counted as dropped), as Triton's queue policy with
+        ``timeout_action: REJECT`` does; inf: every request is served, however late
     """
     cap = wait_buf.shape[0]
     n_new = arrivals_s.shape[0]
@@ -233,6 +237,21 @@ def serve_interval(
                 break
         if start_s >= t_end_s:
             break
+        # Reject the requests that have outwaited the queue policy's timeout (oldest first:
+        # they wait in arrival order). What is left forms the batch; if nothing is, the
+        # server is idle from here and the next arrival opens a batch.
+        expired = 0
+        while expired < waiting and start_s - wait_buf[head] > queue_timeout_s:
+            head += 1
+            if head == cap:
+                head = 0
+            expired += 1
+        if expired:
+            out[O_DROPPED] += expired
+            waiting -= expired
+            if waiting == 0:
+                free_s = start_s
+                continue
         b = waiting if waiting < batch_max else batch_max
         service_s = service_mean_s[b]
         sigma = service_sigma[b]

@@ -132,6 +132,9 @@ SLO_GUARD_PENALTY = 10.0
 _QUANTILE_Z = np.array([NormalDist().inv_cdf((k + 0.5) / RATE_QUANTILE_POINTS) for k in range(RATE_QUANTILE_POINTS)])
 
 Rates = Mapping[str, float]
+#: How a restarted inference option drains the backlog its downtime left (:meth:`Planner.drain`):
+#: (capacity, requests/s; SLO slack left by its batch, s; the tenant's queue timeout, s).
+Drain = tuple[float, float, float]
 
 
 @dataclass(frozen=True)
@@ -657,7 +660,7 @@ class Planner:
         return guard, on_time
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
-                     drain: tuple[float, float] | None = None) -> float:
+                     drain: Drain | None = None) -> float:
         """What ``downtime_s`` of restart costs an option worth ``value`` over the lookahead:
         the value it would have earned meanwhile, plus the SLO penalty of the requests that
         arrive then, plus ``reconfiguration_per_s`` per second; and, for an inference option
@@ -678,48 +681,55 @@ class Planner:
         if drain is not None and self.restart_backlog and isinstance(tenant, InferenceTenant) and rates[0][tenant.name] > 0:
             rate = rates[0][tenant.name]
             horizon_s = self.interval_s * len(rates)
-            late = self.late_after_restart(rate, downtime_s, drain[0], drain[1], horizon_s)
+            late = self.late_after_restart(rate, downtime_s, drain[0], drain[1], horizon_s, drain[2])
             penalty = -goodput_terms(self.weights, tenant.priority.value, violated=1.0).total
             loss += late * max(per_window / (rate * self.interval_s) + penalty, 0.0)
         return loss
 
-    def restart_late_requests(self, rate_rps: float, downtime_s: float, drain: tuple[float, float] | None, horizon_s: float) -> float:
+    def restart_late_requests(self, rate_rps: float, downtime_s: float, drain: Drain | None, horizon_s: float) -> float:
         """Requests a restart of ``downtime_s`` leaves late within ``horizon_s`` at ``rate_rps``:
         those arriving while it is down, plus those late while the backlog drains at ``drain``
         (:meth:`late_after_restart`; None: not counted)."""
         late = rate_rps * downtime_s
         if drain is not None:
-            late += self.late_after_restart(rate_rps, downtime_s, drain[0], drain[1], horizon_s)
+            late += self.late_after_restart(rate_rps, downtime_s, drain[0], drain[1], horizon_s, drain[2])
         return late
 
     @staticmethod
-    def late_after_restart(rate_rps: float, downtime_s: float, capacity_rps: float, slack_s: float, horizon_s: float) -> float:
+    def late_after_restart(rate_rps: float, downtime_s: float, capacity_rps: float, slack_s: float, horizon_s: float,
+                           queue_timeout_s: float = math.inf) -> float:
         """Requests arriving after a restart of ``downtime_s`` that are answered late while
         the backlog it left drains (fluid FIFO: ``rate_rps`` x downtime queued, served at
         ``capacity_rps``; a request is late when it waits more than ``slack_s``), counted
         up to ``horizon_s`` from the start of the downtime.
 
         A request arriving at t after the restart waits (rate x downtime - (capacity - rate)
-        x t) / capacity; the late ones are those before that wait falls to the slack.
+        x t) / capacity; the late ones are those before that wait falls to the slack. A
+        server with a queue timeout (``queue_timeout_s``: the tenant's ``queue_timeout_ms``)
+        rejects, when it comes back, what arrived more than that before: only the last
+        ``queue_timeout_s`` of the downtime's arrivals are left to drain.
         """
         if downtime_s <= 0.0 or rate_rps <= 0.0:
             return 0.0
         if rate_rps >= capacity_rps:
             return rate_rps * max(horizon_s - downtime_s, 0.0)
-        backlog = rate_rps * downtime_s
+        backlog = rate_rps * min(downtime_s, queue_timeout_s)
         late_s = max(backlog - capacity_rps * slack_s, 0.0) / (capacity_rps - rate_rps)
         return rate_rps * min(late_s, max(horizon_s - downtime_s, 0.0))
 
-    def drain(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None) -> tuple[float, float] | None:
-        """(capacity at ``batch``, requests/s; SLO slack left by a batch of ``batch``, s) of an
-        inference option, the backlog model of :meth:`restart_loss` and
+    def drain(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int,
+              co_runners: int | None = None) -> Drain | None:
+        """(capacity at ``batch``, requests/s; SLO slack left by a batch of ``batch``, s; the
+        tenant's queue timeout, s, inf without one) of an inference option, the backlog model
+        of :meth:`restart_loss` and
         :meth:`guarded_restart_cost`; None for a job, or when the planner prices no backlog:
         ``restart_backlog`` off and the tenant without an :class:`SloGuard`."""
         if not isinstance(tenant, InferenceTenant) or not (self.restart_backlog or tenant.name in self.slo_guards):
             return None
         b = min(batch, tenant.max_batch)
         latency_ms = float(self.latency_ms(tenant, profile, mps_pct, co_runners)[b - 1])
-        return b * 1000.0 / latency_ms, max(tenant.slo_ms - latency_ms, 0.0) / 1000.0
+        timeout_s = math.inf if tenant.queue_timeout_ms is None else tenant.queue_timeout_ms / 1000.0
+        return b * 1000.0 / latency_ms, max(tenant.slo_ms - latency_ms, 0.0) / 1000.0, timeout_s
 
     # ------------------------------------------------------------------ options
     def _running(self, current: Configuration | None, name: str) -> tuple[int, GpuInstance | None, float] | None:
@@ -766,7 +776,7 @@ class Planner:
 
     def _reconfiguration(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None,
                          mps_pct: float, value: float, rates: Sequence[Rates], memory_gib: float = 0.0, held_value: float | None = None,
-                         drain: tuple[float, float] | None = None, mode: SharingMode = SharingMode.MPS) -> float:
+                         drain: Drain | None = None, mode: SharingMode = SharingMode.MPS) -> float:
         """Predicted cost of moving ``tenant`` to this option from the running configuration.
 
         Make-before-break (the scenario's switch, :meth:`can_stage`): no downtime, but the
@@ -789,7 +799,7 @@ class Planner:
         downtime = tenant.restart_s + self._gi_wait_s(current, g, gi)
         return self.restart_loss(tenant, downtime, value, rates, drain) + self.guarded_restart_cost(tenant, downtime, rates, drain)
 
-    def guarded_restart_cost(self, tenant: Tenant, downtime_s: float, rates: Sequence[Rates], drain: tuple[float, float] | None) -> float:
+    def guarded_restart_cost(self, tenant: Tenant, downtime_s: float, rates: Sequence[Rates], drain: Drain | None) -> float:
         """What its :class:`SloGuard` charges a running ``tenant`` for a restart of
         ``downtime_s``: :data:`SLO_GUARD_PENALTY` x its priority weight x the requests it
         leaves late (arriving while down, plus late while the backlog drains at ``drain``)

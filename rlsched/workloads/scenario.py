@@ -258,7 +258,7 @@ def parse_tenant(r: _Reader, base_dir: Path, duration_s: float = math.inf) -> Te
     name = r.get("name", str)
     active = parse_activity(r, duration_s)
     if kind == "inference":
-        r.unknown(["kind", "name", "model", "source", "slo_ms", "priority", "arrivals", "max_batch", "batch_timeout_ms", "queue_capacity", "restart_s", "accuracy", "tuned_at_mps_pct", "tuning_mismatch_penalty", "active"])
+        r.unknown(["kind", "name", "model", "source", "slo_ms", "priority", "arrivals", "max_batch", "batch_timeout_ms", "queue_capacity", "queue_timeout_ms", "restart_s", "accuracy", "tuned_at_mps_pct", "tuning_mismatch_penalty", "active"])
         return InferenceTenant(
             name=name,
             model=_model_key(r),
@@ -268,6 +268,7 @@ def parse_tenant(r: _Reader, base_dir: Path, duration_s: float = math.inf) -> Te
             max_batch=r.number("max_batch", 32, minimum=1, integer=True),
             batch_timeout_ms=r.number("batch_timeout_ms", 2.0),
             queue_capacity=r.number("queue_capacity", 4096, minimum=1, integer=True),
+            queue_timeout_ms=r.number("queue_timeout_ms", None, strict=True),
             restart_s=r.number("restart_s", 0.0),
             accuracy=r.number("accuracy", 1.0, maximum=1.0),
             tuned_at_mps_pct=r.number("tuned_at_mps_pct", None, strict=True, maximum=100.0),

@@ -95,6 +95,10 @@ class InferenceTenant(ActivityWindows):
     :param max_batch: largest batch the policy may configure (the service curve is built up to it)
     :param batch_timeout_ms: longest the oldest waiting request is held for a fuller batch, ms
     :param queue_capacity: waiting requests beyond which arrivals are dropped
+    :param queue_timeout_ms: a request that has waited longer than this when the server forms
+        its next batch is rejected and counted as dropped (Triton's ``dynamic_batching {
+        default_queue_policy { timeout_action: REJECT default_timeout_microseconds } }``),
+        ms; None: every request is served, however late (FIFO)
     :param restart_s: downtime to restart the server process (CUDA context + model load),
         seconds: model dependent, a scenario parameter
     :param accuracy: accuracy of the deployed model when no CL job retrains it, in [0, 1]
@@ -112,6 +116,7 @@ class InferenceTenant(ActivityWindows):
     max_batch: int = 32
     batch_timeout_ms: float = 2.0
     queue_capacity: int = 4096
+    queue_timeout_ms: float | None = None
     restart_s: float = 0.0
     accuracy: float = 1.0
     tuned_at_mps_pct: float | None = None
