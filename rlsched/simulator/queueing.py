@@ -347,11 +347,12 @@ def replay_poisson_p99_ms(mean_ms: np.ndarray, p99_ms: np.ndarray, batch_max: in
 
 
 def _replay(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np.ndarray, batch_max: int, timeout_ms: float,
-            slo_ms: float = math.inf) -> tuple[np.ndarray, float] | None:
+            slo_ms: float = math.inf, queue_timeout_ms: float | None = None) -> tuple[np.ndarray, float] | None:
     """(the :func:`serve_interval` outputs, the span served, seconds) of a request log
     ``arrivals_s`` stretched in time so its rate is ``rate_rps``, served with mean batch
-    latencies ``mean_ms`` (batch 1..``batch_max``, ms; no jitter) from an empty queue; None
-    with no rate or fewer than two distinct arrival times."""
+    latencies ``mean_ms`` (batch 1..``batch_max``, ms; no jitter) from an empty queue, by a
+    server that rejects what waited longer than ``queue_timeout_ms`` (None: serves it all);
+    None with no rate or fewer than two distinct arrival times."""
     log = np.sort(np.asarray(arrivals_s, dtype=float))
     if rate_rps <= 0.0 or log.size < 2 or log[-1] <= log[0]:
         return None
@@ -364,7 +365,8 @@ def _replay(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np.ndarray, batch_
     out = np.zeros(OUT_SIZE)
     serve_interval(times_s, 0.0, horizon_s, 0.0, np.zeros(max(4096, log.size)), np.zeros(batch_max), new_state(),
                    service_mean_s, np.zeros_like(service_mean_s), batch_max, timeout_ms / 1000.0, slo_ms / 1000.0,
-                   np.random.default_rng(0), np.zeros(HIST_BINS, dtype=np.int64), out)
+                   np.random.default_rng(0), np.zeros(HIST_BINS, dtype=np.int64), out,
+                   math.inf if queue_timeout_ms is None else queue_timeout_ms / 1000.0)
     return out, horizon_s
 
 
@@ -390,9 +392,10 @@ def replay_busy_fraction(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np.nd
 
 
 def replay_on_time_fraction(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np.ndarray, batch_max: int, timeout_ms: float,
-                            slo_ms: float) -> float:
+                            slo_ms: float, queue_timeout_ms: float | None = None) -> float:
     """The fraction of a logged arrival pattern's requests answered within ``slo_ms`` when it
-    comes at another rate: the log replayed as :func:`replay_busy_fraction` does.
+    comes at another rate: the log replayed as :func:`replay_busy_fraction` does, by a server
+    that rejects what waited longer than ``queue_timeout_ms`` (None: serves it all).
 
     The planner's on-time table sees a rate and an index of dispersion; requests that arrive
     in clusters of tens within milliseconds wait behind each other's batches even where the
@@ -403,7 +406,7 @@ def replay_on_time_fraction(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np
 
     :returns: on-time fraction in [0, 1]; 1 with no rate or fewer than two arrivals
     """
-    replayed = _replay(arrivals_s, rate_rps, mean_ms, batch_max, timeout_ms, slo_ms)
+    replayed = _replay(arrivals_s, rate_rps, mean_ms, batch_max, timeout_ms, slo_ms, queue_timeout_ms)
     if replayed is None:
         return 1.0
     out, _ = replayed

@@ -386,8 +386,10 @@ class Planner:
         steady-rate model (:meth:`steady_on_time_fractions`) says at its rate, weighted by
         the requests it brings. A quantile above the largest batch's throughput also leaves
         a backlog that is drained at the spare capacity (throughput minus the mean rate);
-        the requests arriving meanwhile are late (fluid: excess / spare of them). With
-        ``rate_cv`` 0 this is the steady-rate model.
+        the requests arriving meanwhile are late (fluid: excess / spare of them), unless the
+        tenant's server rejects what outwaits its queue timeout: then only the excess itself
+        is lost (its quantiles' requests are already counted late). With ``rate_cv`` 0 this is
+        the steady-rate model.
         """
         dispersion = self.arrival_dispersion.get(tenant.name, 1.0)
         rates_rps = np.asarray(rates_rps, dtype=float)
@@ -402,7 +404,8 @@ class Planner:
         with np.errstate(invalid="ignore", divide="ignore"):
             fraction = np.sum(quantiles[None] * on_time, axis=2) / np.sum(quantiles, axis=1)[None, :]
             excess = np.mean(np.maximum(quantiles[None] - capacity[:, :, None], 0.0), axis=2)
-            varying = np.maximum(fraction - excess / (capacity - rates_rps[None, :]), 0.0)
+            backlog_late = 0.0 if tenant.queue_timeout_ms is not None else excess / (capacity - rates_rps[None, :])
+            varying = np.maximum(fraction - backlog_late, 0.0)
         varying = np.where(rates_rps[None, :] >= capacity, 0.0, varying)
         idle = rates_rps <= 0.0
         if idle.any():  # no arrivals: the steady answer
@@ -655,7 +658,8 @@ class Planner:
             for k, rate in enumerate(guard.rates_rps):
                 key = (profile, float(mps_pct), co_runners, b, float(rate))
                 if key not in replayed:
-                    replayed[key] = replay_on_time_fraction(log, float(rate), latency, b, tenant.batch_timeout_ms, tenant.slo_ms)
+                    replayed[key] = replay_on_time_fraction(log, float(rate), latency, b, tenant.batch_timeout_ms, tenant.slo_ms,
+                                                                   tenant.queue_timeout_ms)
                 on_time[k] = min(on_time[k], replayed[key])
         return guard, on_time
 
