@@ -86,7 +86,7 @@ def goodput_terms(
     :param on_time: requests completed within their SLO
     :param accuracy: accuracy of the serving model at their completion, in [0, 1]
     :param violated: requests completed after their SLO
-    :param dropped: requests dropped (queue full)
+    :param dropped: requests dropped (queue full, or rejected past the queue timeout)
     :param best_effort_progress_s: best-effort progress, full-GPU seconds
     :param downtime_s: restart/reconfiguration downtime of the tenant, seconds
     """

@@ -194,7 +194,6 @@ class _Server:
     def __init__(self, tenant: InferenceTenant) -> None:
         self.wait_buf = np.zeros(tenant.queue_capacity)
         self.flight_buf = np.zeros(tenant.max_batch)
-        self.queue_timeout_s = math.inf if tenant.queue_timeout_ms is None else tenant.queue_timeout_ms / 1000.0
         self.state = q.new_state()
         self.hist_step = np.zeros(q.HIST_BINS, dtype=np.int64)
         self.hist_total = np.zeros(q.HIST_BINS, dtype=np.int64)
@@ -812,7 +811,7 @@ class NodeSimulator:
             part = arrivals[np.searchsorted(arrivals, start_s, "left"):np.searchsorted(arrivals, end_s, "left")] if len(segments) > 1 else arrivals
             q.serve_interval(part, start_s, end_s, max(up_from, start_s), server.wait_buf, server.flight_buf, server.state,
                              mean_s, sigma, batch, t.batch_timeout_ms / 1000.0, t.slo_ms / 1000.0, self._service_rng[t.name], server.hist_step, server.out,
-                             server.queue_timeout_s)
+                             t.queue_timeout_s)
         q.close_interval(server.hist_step, server.hist_total, _P50_P99, server.percentiles_ms, _EDGES_MS)
         out = server.out
         server.totals += out

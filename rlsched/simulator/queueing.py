@@ -4,7 +4,8 @@ Every request has an arrival time; the server forms batches dynamically (Triton/
 style: start a batch as soon as ``batch_max`` requests wait, or when the oldest waiting
 request has waited ``timeout_s``, never before the server is free), serves each batch for
 a time drawn from the tenant's per-batch service curve, and records each request's
-completion (latency histogram, SLO hit) or drop (arrival finds the bounded queue full).
+completion (latency histogram, SLO hit) or drop (arrival finds the bounded queue full, or the
+request outwaited the tenant's queue timeout).
 
 The loop is inherently sequential (a batch's start depends on the previous batch's end),
 so it is compiled with numba; everything around it (arrival generation, service curves,

@@ -404,7 +404,7 @@ class Planner:
         with np.errstate(invalid="ignore", divide="ignore"):
             fraction = np.sum(quantiles[None] * on_time, axis=2) / np.sum(quantiles, axis=1)[None, :]
             excess = np.mean(np.maximum(quantiles[None] - capacity[:, :, None], 0.0), axis=2)
-            backlog_late = 0.0 if tenant.queue_timeout_ms is not None else excess / (capacity - rates_rps[None, :])
+            backlog_late = excess / (capacity - rates_rps[None, :]) if math.isinf(tenant.queue_timeout_s) else 0.0
             varying = np.maximum(fraction - backlog_late, 0.0)
         varying = np.where(rates_rps[None, :] >= capacity, 0.0, varying)
         idle = rates_rps <= 0.0
@@ -659,7 +659,7 @@ class Planner:
                 key = (profile, float(mps_pct), co_runners, b, float(rate))
                 if key not in replayed:
                     replayed[key] = replay_on_time_fraction(log, float(rate), latency, b, tenant.batch_timeout_ms, tenant.slo_ms,
-                                                                   tenant.queue_timeout_ms)
+                                                            tenant.queue_timeout_ms)
                 on_time[k] = min(on_time[k], replayed[key])
         return guard, on_time
 
@@ -732,8 +732,7 @@ class Planner:
             return None
         b = min(batch, tenant.max_batch)
         latency_ms = float(self.latency_ms(tenant, profile, mps_pct, co_runners)[b - 1])
-        timeout_s = math.inf if tenant.queue_timeout_ms is None else tenant.queue_timeout_ms / 1000.0
-        return b * 1000.0 / latency_ms, max(tenant.slo_ms - latency_ms, 0.0) / 1000.0, timeout_s
+        return b * 1000.0 / latency_ms, max(tenant.slo_ms - latency_ms, 0.0) / 1000.0, tenant.queue_timeout_s
 
     # ------------------------------------------------------------------ options
     def _running(self, current: Configuration | None, name: str) -> tuple[int, GpuInstance | None, float] | None:

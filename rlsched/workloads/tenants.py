@@ -124,6 +124,11 @@ class InferenceTenant(ActivityWindows):
 
     kind = "inference"
 
+    @property
+    def queue_timeout_s(self) -> float:
+        """:attr:`queue_timeout_ms` in seconds; inf for a server that rejects nothing."""
+        return math.inf if self.queue_timeout_ms is None else self.queue_timeout_ms / 1000.0
+
     def tuning_latency_factor(self, served_mps_pct: float) -> float:
         """Latency multiplier for serving at ``served_mps_pct`` a model tuned at another share."""
         if self.tuned_at_mps_pct is None:
