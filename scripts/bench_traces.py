@@ -1,0 +1,213 @@
+"""Planners on real bursty and day/night traces, against the best fixed configuration (issue 23).
+
+Replays every trace of a trace set (``configs/traces/replay-sets.yaml``) on one inference
+tenant of a scenario, one episode per trace and policy (``rlsched eval --trace
+TENANT=FILE:SCALE:WARP``, run as a subprocess, up to ``--jobs`` at once), and compares each
+policy with a reference run on the same episode, by default ``static-best-slo``: the best
+fixed configuration whose high-priority tenants answer at least 0.99 of their requests on
+time (where none does, the one that answers the most).
+
+Prints one row per trace (the reference's Goodput and high-priority SLO attainment; each
+policy's Goodput as a ratio to it, its SLO attainment and reconfigurations) and, per policy,
+on how many traces it met both of issue 23's targets (Goodput >= 0.98x the reference and
+high-priority SLO attainment >= 0.99), the geometric mean of its ratios with the standard
+error of their logarithm, and its SLO range. Episodes are cached under ``--out`` (one eval
+JSON each), so a rerun with more policies or traces only runs what is missing::
+
+    python scripts/bench_traces.py --set heldout --policies migrator-queue-slo,migrator-ilp --jobs 2 --out runs/bench-traces
+    python scripts/bench_traces.py --set tuned --scenario default --policies migrator-queue-slo --out runs/bench-traces-fifo
+
+A one-hour episode takes 1-3 minutes per planner on this 2-core machine, and 3-15 for the
+reference (it simulates some 400 fixed configurations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from tqdm import tqdm
+
+from rlsched.agents.baselines.base import HIGH_PRIORITY_SLO_TARGET
+from rlsched.errors import ConfigError, RlschedError
+from rlsched.workloads.scenario import _Reader
+from rlsched.workloads.traces import load_trace
+
+REPO = Path(__file__).resolve().parents[1]
+SETS_FILE = REPO / "configs" / "traces" / "replay-sets.yaml"
+#: Where ``data:`` trace files live unless ``--data-root`` says otherwise.
+DATA_ROOT = REPO.parent / "shared" / "data"
+#: Issue 23's Goodput target, as a ratio to the reference.
+GOODPUT_TARGET = 0.98
+
+
+@dataclass(frozen=True)
+class ReplayedTrace:
+    """One trace of a set, as ``rlsched eval --trace`` takes it."""
+
+    name: str
+    path: Path
+    scale: float
+    warp: float
+
+    def override(self, tenant: str) -> str:
+        # Two decimals, as docs/planner-bursts.md quotes the scales (the same episodes).
+        scale = f"{self.scale:.2f}" if self.scale >= 1.0 else f"{self.scale:.6g}"
+        return f"{tenant}={self.path}:{scale}:{self.warp:g}"
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    name: str
+    scenario: str
+    tenant: str
+    traces: list[ReplayedTrace]
+
+
+def load_set(sets_file: Path, name: str, data_root: Path) -> TraceSet:
+    """Trace set ``name`` of ``sets_file``; a bad entry raises :class:`ConfigError` naming
+    the file, field and value."""
+    source = str(sets_file)
+    try:
+        raw = yaml.safe_load(sets_file.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(source, "file", None, str(error)) from None
+    sets = _Reader(source, raw, "").get("sets", dict)
+    if name not in sets:
+        raise ConfigError(source, "sets", name, f"no such set (allowed: {', '.join(sets)})")
+    r = _Reader(source, sets[name], f"sets.{name}")
+    traces = []
+    for k, entry in enumerate(r.get("traces", list)):
+        e = _Reader(source, entry, f"sets.{name}.traces[{k}]")
+        file = e.get("file", str)
+        # Absolute: the episodes run from the repository's root.
+        path = (data_root / file.removeprefix("data:") if file.startswith("data:") else sets_file.parent / file).resolve()
+        if not path.is_file():
+            raise ConfigError(source, e.path("file"), file, f"no such trace file ({path})")
+        warp = e.number("warp", 1.0, strict=True)
+        if e.has("scale") == e.has("mean_rps"):
+            raise ConfigError(source, e.path("scale"), e.raw.get("scale"), "give exactly one of scale and mean_rps")
+        if e.has("scale"):
+            scale = e.number("scale", strict=True)
+        else:
+            # The file's own mean over all its windows, scaled to the target.
+            scale = e.number("mean_rps", strict=True) / load_trace(path, "auto", time_warp=warp).mean_rate_rps()
+        traces.append(ReplayedTrace(e.get("name", str), path, scale, warp))
+    return TraceSet(name, r.get("scenario", str), r.get("tenant", str), traces)
+
+
+def run_episode(out: Path, policy: str, scenario: str, tenant: str, trace: ReplayedTrace, seed: int, extra: list[str]) -> dict:
+    """``policy``'s metrics on one trace (its cached eval JSON, else a fresh ``rlsched eval``)."""
+    path = out / policy / f"{trace.name}-seed{seed}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".json.tmp")
+        command = [sys.executable, "-m", "rlsched.cli.main", "eval", "--scenario", scenario, "--trace", trace.override(tenant),
+                   "--policies", policy, "--episodes", "1", "--seed", str(seed), "--no-progress", "--json", str(partial), *extra]
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RlschedError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        os.replace(partial, path)  # only a finished episode is cached
+    return json.loads(path.read_text())["policies"][policy]
+
+
+def summary(ratios: list[float]) -> tuple[float, float]:
+    """(geometric mean, standard error of the mean log ratio)."""
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / len(logs)
+    se = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1) / len(logs)) if len(logs) > 1 else math.nan
+    return math.exp(mean), se
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", required=True, help="trace set of --sets-file (e.g. heldout, tuned)")
+    parser.add_argument("--sets-file", type=Path, default=SETS_FILE)
+    parser.add_argument("--data-root", type=Path, default=DATA_ROOT, help="where data: trace files live")
+    parser.add_argument("--scenario", help="scenario name or file (default: the set's)")
+    parser.add_argument("--policies", required=True, help="NAME,NAME,...")
+    parser.add_argument("--reference", default="static-best-slo")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", help="NAME,NAME,...: these traces of the set only")
+    parser.add_argument("--jobs", type=int, default=1, help="episodes run at once")
+    parser.add_argument("--out", type=Path, required=True, help="folder of cached episodes")
+    parser.add_argument("--fifo-pf", action="store_true",
+                        help="keep the simulated priority-fill scheduler (default: a real node's, --no-priority-fill-scheduler)")
+    parser.add_argument("--json", type=Path, help="also write the table as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        trace_set = load_set(args.sets_file, args.set, args.data_root)
+    except RlschedError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    traces = trace_set.traces
+    args.out = args.out.resolve()
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - {t.name for t in traces})
+        if unknown:
+            print(f"error: --only: {', '.join(unknown)} not in set {args.set}", file=sys.stderr)
+            return 2
+        traces = [t for t in traces if t.name in wanted]
+    scenario = args.scenario or trace_set.scenario
+    policies = [p for p in args.policies.split(",") if p]
+    extra = [] if args.fifo_pf else ["--no-priority-fill-scheduler"]
+    jobs = [(p, t) for p in [args.reference, *policies] for t in traces]
+    results: dict[tuple[str, str], dict] = {}
+    try:
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool, tqdm(total=len(jobs), desc="episodes") as bar:
+            futures = {pool.submit(run_episode, args.out, p, scenario, trace_set.tenant, t, args.seed, extra): (p, t.name) for p, t in jobs}
+            for future, key in futures.items():
+                results[key] = future.result()
+                bar.update()
+    except RlschedError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+    print(f"\nset {args.set}: {len(traces)} traces on {scenario}'s {trace_set.tenant}, seed {args.seed}; "
+          f"x {args.reference} (Goodput, high-priority SLO attainment, reconfigurations)\n")
+    print("| trace | " + args.reference + " | " + " | ".join(policies) + " |")
+    print("|---|---:|" + "---:|" * len(policies))
+    rows = []
+    for t in traces:
+        ref = results[(args.reference, t.name)]
+        row = {"trace": t.name, "reference": {"goodput": ref["goodput"], "slo_high": ref["slo_attainment_high"]}}
+        cells = [f"{ref['goodput']:,.0f} ({ref['slo_attainment_high']:.4f})"]
+        for p in policies:
+            m = results[(p, t.name)]
+            ratio = m["goodput"] / ref["goodput"]
+            met = ratio >= GOODPUT_TARGET and m["slo_attainment_high"] >= HIGH_PRIORITY_SLO_TARGET
+            row[p] = {"ratio": ratio, "slo_high": m["slo_attainment_high"], "reconfigurations": m["reconfigurations"], "met": met}
+            cells.append(f"{ratio:.3f} ({m['slo_attainment_high']:.4f}, {m['reconfigurations']:.0f}){' **met**' if met else ''}")
+        rows.append(row)
+        print(f"| {t.name} | " + " | ".join(cells) + " |")
+    feasible = [r for r in rows if r["reference"]["slo_high"] >= HIGH_PRIORITY_SLO_TARGET]
+    print(f"\n{len(feasible)} of {len(rows)} traces have a fixed configuration that meets the SLO target.")
+    print(f"\n| policy | both targets (all / where a fixed one meets the SLO) | geomean x {args.reference} (SE of log) | SLO range |")
+    print("|---|---:|---:|---:|")
+    totals = {}
+    for p in policies:
+        gm, se = summary([r[p]["ratio"] for r in rows])
+        slos = [r[p]["slo_high"] for r in rows]
+        totals[p] = {"met": sum(r[p]["met"] for r in rows), "met_feasible": sum(r[p]["met"] for r in feasible),
+                     "geomean": gm, "se_log": se, "slo_min": min(slos), "slo_max": max(slos)}
+        print(f"| {p} | {totals[p]['met']} of {len(rows)} / {totals[p]['met_feasible']} of {len(feasible)} | {gm:.3f} ({se:.3f}) | "
+              f"{min(slos):.4f}-{max(slos):.4f} |")
+    if args.json:
+        partial = args.json.with_suffix(".tmp")
+        partial.write_text(json.dumps({"set": args.set, "scenario": scenario, "reference": args.reference, "seed": args.seed,
+                                       "traces": rows, "policies": totals}, indent=1))
+        os.replace(partial, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
