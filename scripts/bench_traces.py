@@ -48,6 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 SETS_FILE = REPO / "configs" / "traces" / "replay-sets.yaml"
 #: Where ``data:`` trace files live unless ``--data-root`` says otherwise.
 DATA_ROOT = REPO.parent / "shared" / "data"
+#: A trace that replays more than this factor above (or below) the rate it records is flagged:
+#: the volume an episode sees is then not what the set's scale says.
+REPLAY_MISMATCH = 1.25
 #: Issue 23's Goodput target, as a ratio to the reference.
 GOODPUT_TARGET = 0.98
 
@@ -60,6 +63,9 @@ class ReplayedTrace:
     path: Path
     scale: float
     warp: float
+    #: The rate the trace replays over the rate it records (ServeGen: the named
+    #: distributions' over the rate column; 1 for other formats).
+    replayed_over_recorded: float = 1.0
 
     def override(self, tenant: str) -> str:
         # Two decimals, as docs/planner-bursts.md quotes the scales (the same episodes).
@@ -98,12 +104,11 @@ def load_set(sets_file: Path, name: str, data_root: Path) -> TraceSet:
         warp = e.number("warp", 1.0, strict=True)
         if e.has("scale") == e.has("mean_rps"):
             raise ConfigError(source, e.path("scale"), e.raw.get("scale"), "give exactly one of scale and mean_rps")
-        if e.has("scale"):
-            scale = e.number("scale", strict=True)
-        else:
-            # The file's own mean over all its windows, scaled to the target.
-            scale = e.number("mean_rps", strict=True) / load_trace(path, "auto", time_warp=warp).mean_rate_rps()
-        traces.append(ReplayedTrace(e.get("name", str), path, scale, warp))
+        arrivals = load_trace(path, "auto", time_warp=warp)
+        # The recorded mean over the whole file (a ServeGen file's rate column) is scaled to the target.
+        scale = e.number("scale", strict=True) if e.has("scale") else e.number("mean_rps", strict=True) / arrivals.mean_rate_rps()
+        replayed = arrivals.distribution_rate_rps() / arrivals.mean_rate_rps() if hasattr(arrivals, "distribution_rate_rps") else 1.0
+        traces.append(ReplayedTrace(e.get("name", str), path, scale, warp, replayed))
     return TraceSet(name, r.get("scenario", str), r.get("tenant", str), traces)
 
 
@@ -160,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --only: {', '.join(unknown)} not in set {args.set}", file=sys.stderr)
             return 2
         traces = [t for t in traces if t.name in wanted]
+    for t in traces:
+        if abs(math.log(t.replayed_over_recorded)) > math.log(REPLAY_MISMATCH):
+            print(f"note: {t.name} replays {t.replayed_over_recorded:.2f}x the rate it records (its windows' distributions "
+                  "disagree with their rate column)", file=sys.stderr)
     scenario = args.scenario or trace_set.scenario
     policies = [p for p in args.policies.split(",") if p]
     extra = [] if args.fifo_pf else ["--no-priority-fill-scheduler"]

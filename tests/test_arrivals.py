@@ -123,6 +123,18 @@ def test_servegen_gamma_gaps_have_the_named_cv(tmp_path):
     assert gaps.std() / gaps.mean() == pytest.approx(0.5, abs=0.05)
 
 
+def test_servegen_replays_what_its_distributions_name_where_they_disagree_with_the_rate_column(tmp_path):
+    path = tmp_path / "client.csv"
+    # Window 1: rate column 1 req/s, but Gamma gaps of mean 0.25 s (4 req/s), as mm-image
+    # clients fitted to their bursts have; window 2: no distribution (Poisson at 2 req/s).
+    path.write_text("0,1.0,0.5,Gamma,4.0,0.0625\n600,2.0,1.0,,,\n")
+    process = load_trace(path, rate_scale=10)
+    assert process.mean_rate_rps() == pytest.approx(15.0)
+    assert process.distribution_rate_rps() == pytest.approx(30.0)
+    times = run(process, seconds=1200)
+    assert times.size / 1200 == pytest.approx(process.distribution_rate_rps(), rel=0.05)
+
+
 def test_azure_datetime_format(tmp_path):
     path = tmp_path / "azure.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
