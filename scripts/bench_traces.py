@@ -130,8 +130,9 @@ def run_episode(out: Path, policy: str, scenario: str, tenant: str, trace: Repla
 
 def summary(ratios: list[float]) -> tuple[float, float]:
     """(geometric mean, standard error of the mean log ratio) of the positive ``ratios`` (a
-    ratio at or below 0 has no logarithm: the caller counts those apart); NaN where none is."""
-    logs = [math.log(r) for r in ratios if r > 0.0]
+    ratio at or below 0 has no logarithm, None none: the caller counts those apart); NaN
+    where none is."""
+    logs = [math.log(r) for r in ratios if r is not None and r > 0.0]
     if not logs:
         return math.nan, math.nan
     mean = sum(logs) / len(logs)
@@ -151,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="NAME,NAME,...: these traces of the set only")
     parser.add_argument("--jobs", type=int, default=1, help="episodes run at once")
     parser.add_argument("--out", type=Path, required=True, help="folder of cached episodes")
-    parser.add_argument("--fifo-pf", action="store_true",
-                        help="keep the simulated priority-fill scheduler (default: a real node's, --no-priority-fill-scheduler)")
+    parser.add_argument("--priority-fill-scheduler", action="store_true",
+                        help="simulate FIKIT's priority-fill scheduler (default: a real rlsched node's, --no-priority-fill-scheduler)")
     parser.add_argument("--json", type=Path, help="also write the table as JSON here")
     args = parser.parse_args(argv)
     try:
@@ -175,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                   "disagree with their rate column)", file=sys.stderr)
     scenario = args.scenario or trace_set.scenario
     policies = [p for p in args.policies.split(",") if p]
-    extra = [] if args.fifo_pf else ["--no-priority-fill-scheduler"]
-    jobs = [(p, t) for p in [args.reference, *policies] for t in traces]
+    extra = [] if args.priority_fill_scheduler else ["--no-priority-fill-scheduler"]
+    # Each episode once, even where the reference is also among the policies.
+    jobs = list(dict.fromkeys((p, t) for p in [args.reference, *policies] for t in traces))
     results: dict[tuple[str, str], dict] = {}
     try:
         with ThreadPoolExecutor(max(1, args.jobs)) as pool, tqdm(total=len(jobs), desc="episodes") as bar:
@@ -199,17 +201,22 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{ref['goodput']:,.0f} ({ref['slo_attainment_high']:.4f})"]
         for p in policies:
             m = results[(p, t.name)]
-            # Against a reference that lost Goodput the ratio means nothing: NaN.
-            ratio = m["goodput"] / ref["goodput"] if ref["goodput"] > 0.0 else math.nan
-            met = ratio >= GOODPUT_TARGET and m["slo_attainment_high"] >= HIGH_PRIORITY_SLO_TARGET
-            row[p] = {"ratio": ratio, "slo_high": m["slo_attainment_high"], "reconfigurations": m["reconfigurations"], "met": met}
-            cells.append(f"{ratio:.3f} ({m['slo_attainment_high']:.4f}, {m['reconfigurations']:.0f}){' **met**' if met else ''}")
+            # Against a reference that lost Goodput a ratio means nothing: None, the Goodput shown.
+            ratio = m["goodput"] / ref["goodput"] if ref["goodput"] > 0.0 else None
+            met = ratio is not None and ratio >= GOODPUT_TARGET and m["slo_attainment_high"] >= HIGH_PRIORITY_SLO_TARGET
+            row[p] = {"ratio": ratio, "goodput": m["goodput"], "slo_high": m["slo_attainment_high"],
+                      "reconfigurations": m["reconfigurations"], "met": met}
+            shown = f"{ratio:.3f}" if ratio is not None else f"{m['goodput']:,.0f}"
+            cells.append(f"{shown} ({m['slo_attainment_high']:.4f}, {m['reconfigurations']:.0f}){' **met**' if met else ''}")
         rows.append(row)
         print(f"| {t.name} | " + " | ".join(cells) + " |")
     feasible = [r for r in rows if r["reference"]["slo_high"] >= HIGH_PRIORITY_SLO_TARGET]
     print(f"\n{args.reference} meets the SLO target on {len(feasible)} of {len(rows)} traces.")
+    losing = sum(r["reference"]["goodput"] <= 0.0 for r in rows)
+    if losing:
+        print(f"{args.reference} loses Goodput on {losing} of {len(rows)} traces: no ratio there (the policies' Goodput is shown).")
     print(f"\n| policy | both targets (all / where {args.reference} meets the SLO) | geomean x {args.reference} (SE of log) | "
-          "traces below 0 | SLO range |")
+          "ratios below 0 | SLO range |")
     print("|---|---:|---:|---:|---:|")
     totals = {}
     for p in policies:
@@ -217,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         gm, se = summary(ratios)
         slos = [r[p]["slo_high"] for r in rows]
         totals[p] = {"met": sum(r[p]["met"] for r in rows), "met_feasible": sum(r[p]["met"] for r in feasible),
-                     "geomean": gm, "se_log": se, "below_zero": sum(x <= 0.0 for x in ratios), "slo_min": min(slos), "slo_max": max(slos)}
+                     "geomean": gm, "se_log": se, "below_zero": sum(x is not None and x <= 0.0 for x in ratios), "slo_min": min(slos), "slo_max": max(slos)}
         print(f"| {p} | {totals[p]['met']} of {len(rows)} / {totals[p]['met_feasible']} of {len(feasible)} | {gm:.3f} ({se:.3f}) | "
               f"{totals[p]['below_zero']} | {min(slos):.4f}-{max(slos):.4f} |")
     if args.json:
