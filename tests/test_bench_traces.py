@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,10 @@ def test_a_bad_trace_entry_is_refused_with_file_and_field(tmp_path, entry, field
     assert run.returncode == 2
     assert str(sets) in run.stderr and field in run.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_geometric_mean_leaves_out_ratios_without_a_logarithm(bench):
+    # None: the reference lost Goodput; -1: the policy did. Neither has a logarithm.
+    mean, se = bench.summary([2.0, None, -1.0, 0.5])
+    assert mean == pytest.approx(1.0)
+    assert se == pytest.approx(math.log(2.0))  # sample SD of (ln 2, -ln 2) is sqrt(2) ln 2, over sqrt(2)
