@@ -20,9 +20,9 @@ JSON each), so a rerun with more policies or traces only runs what is missing::
     python scripts/bench_traces.py --set heldout --policies migrator-queue-slo,migrator-ilp --jobs 2 --out runs/bench-traces
     python scripts/bench_traces.py --set tuned --scenario default --policies migrator-queue-slo --out runs/bench-traces-fifo
 
-A one-hour episode takes 1-3 minutes per planner on this 2-core machine, and as long or
-longer for the reference; ``static-best-slo`` took 3 to over 30 minutes (the burstiest traces
-are the slowest to simulate).
+On this 2-core machine a one-hour episode of the held-out set takes 1-3 minutes per planner
+and 2-5 for ``static-best-slo`` (it simulates some 400 fixed configurations); a trace that
+replays far above the rate it records (flagged below) took it 30.
 """
 
 from __future__ import annotations

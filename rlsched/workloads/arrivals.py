@@ -382,14 +382,14 @@ class RenewalWindow:
     shape: float
     scale_s: float
 
-
-def _mean_gap_s(window: RenewalWindow) -> float:
-    """Mean inter-arrival time of a ServeGen window's distribution, seconds."""
-    if window.distribution == "gamma":
-        return window.shape * window.scale_s
-    if window.distribution == "weibull":
-        return window.scale_s * math.gamma(1.0 + 1.0 / window.shape)
-    return 1.0 / window.rate_rps
+    @property
+    def mean_gap_s(self) -> float:
+        """Mean inter-arrival time of the window's distribution, seconds."""
+        if self.distribution == "gamma":
+            return self.shape * self.scale_s
+        if self.distribution == "weibull":
+            return self.scale_s * math.gamma(1.0 + 1.0 / self.shape)
+        return 1.0 / self.rate_rps
 
 
 @dataclass
@@ -483,7 +483,7 @@ class ServeGenArrivals(ArrivalProcess):
         window's distribution was fitted to its bursts alone (mm-image client 7: 13.6x)."""
         total = 0.0
         for windows in self.clients:
-            total += sum(x.length_s / _mean_gap_s(x) for x in windows if x.rate_rps > 0) / self.period_s
+            total += sum(x.length_s / x.mean_gap_s for x in windows if x.rate_rps > 0) / self.period_s
         return total * self.rate_scale
 
     def window_rate_rps(self, t_start_s: float, t_end_s: float) -> float:
