@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import rlsched.envs
-from rlsched.agents.baselines import Policy
+from rlsched.agents.baselines import Policy, make_policy
 from rlsched.cli.main import main
 from rlsched.daemon.config import DaemonConfig, load_daemon_config
 from rlsched.node.fake_nvml import FakeNvml
@@ -53,7 +53,7 @@ def test_serve_sim_50_cycles_writes_tensorboard_state_and_exits_0(tmp_path):
     assert run.returncode == 0, run.stderr
     events = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     assert events[0]["event"] == "start" and events[0]["metrics"].startswith("127.0.0.1:")
-    assert events[0]["policy"] == "migrator-pf-held"  # what `auto` runs; migrator-ilp only falls back
+    assert events[0]["policy"] == "migrator-pf-held" and events[0]["fallback"] == "migrator-queue-slo"  # what `auto` runs, and the planner behind it
     assert events[-1]["event"] == "stop" and events[-1]["cycle"] == 50
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -125,6 +125,44 @@ def test_invalid_policy_outputs_and_errors_fall_back_to_the_planner(tmp_path, ca
     assert daemon.fallbacks == 8 and daemon.cycle == 8
     details = " ".join(r.fields["detail"] for r in caplog.records if r.getMessage() == "fallback")
     assert "model crashed" in details and "integer level" in details and "shape" in details and "allowed levels" in details
+
+
+class CrashesAtCycle(Policy):
+    """``migrator-ilp`` that raises at one cycle of the daemon."""
+
+    name = "crashes-at-cycle"
+
+    def __init__(self, daemon: Daemon, cycle: int) -> None:
+        self.daemon, self.cycle, self.planner = daemon, cycle, make_policy("migrator-ilp")
+
+    def reset(self, env):
+        self.planner.reset(env)
+
+    def act(self, observation, env):
+        if self.daemon.cycle == self.cycle:
+            raise RuntimeError("model crashed")
+        return self.planner.act(observation, env)
+
+
+def test_the_fallback_planner_observes_every_cycle_the_policy_decides(tmp_path, caplog):
+    # The fallback (migrator-queue-slo) forecasts from its own history of measured rates and
+    # forecast errors: the cycle it takes over must find that history as current as if it had
+    # decided all along.
+    daemon = Daemon(tiny_config(tmp_path, cycles=6, observation_tolerance=1e9))
+    fallback = daemon.guard.fallback
+    assert fallback.name == "migrator-queue-slo"
+    observed, errors_known = [], []
+    observe, act = fallback.observe, fallback.act
+    fallback.observe = lambda env: (observed.append(daemon.cycle), observe(env))
+    fallback.act = lambda obs, env: (errors_known.append(len(fallback.residuals["resnet"])), act(obs, env))[1]
+    daemon.guard.policy = CrashesAtCycle(daemon, cycle=5)
+    with caplog.at_level("WARNING", logger="rlsched.daemon"):
+        assert daemon.run() == 0
+    assert observed == [0, 1, 2, 3, 4]
+    assert [r.fields["reason"] for r in caplog.records if r.getMessage() == "fallback"] == ["policy-error"]
+    # it takes over knowing the errors of its forecasts of intervals 1-4 (interval 0 had no
+    # measured rate to forecast from); without observing it would know none
+    assert errors_known == [4]
 
 
 def test_observations_outside_the_training_range_fall_back(tmp_path, caplog):

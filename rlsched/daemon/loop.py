@@ -183,7 +183,9 @@ class Daemon:
         self._save(state)
         times.append(time.perf_counter())
         steps_per_s = (len(times) - 1) / max(times[-1] - times[0], 1e-9)
-        metrics = cycle_metrics(info, env.last_step, steps_per_s, self.fallbacks, verdict.policy == self.guard.fallback.name, env.last_repair_ms)
+        # The planner decided: the fallback, or the planner a PPO policy hands its unsure steps to.
+        planner_decided = verdict.reason is not None or verdict.policy != self.guard.policy.name
+        metrics = cycle_metrics(info, env.last_step, steps_per_s, self.fallbacks, planner_decided, env.last_repair_ms)
         log_event(logging.DEBUG, "cycle", cycle=self.cycle, policy=verdict.policy, fallback=verdict.reason, reward=round(float(reward), 3),
                   layout=list(info["layout"]), gi_operations=ops, repair_ms=round(env.last_repair_ms, 3),
                   check_gain=getattr(self.guard.policy, "last_check_gain", None))

@@ -1,10 +1,10 @@
-"""Who decides in the daemon: the policy, guarded, with the ILP planner as the fallback.
+"""Who decides in the daemon: the policy, guarded, with the planner as the fallback.
 
 The policy (the shipped PPO policy, or any baseline) is trusted only inside what it was
 trained on: when an observation feature leaves the observation Box (before clipping), when
 the policy raises, or when its output is not a valid decision (NaN, wrong shape, a level out
-of range, unknown or missing tenants), the fallback planner (``migrator-ilp``) decides that
-cycle instead, and the reason is reported.
+of range, unknown or missing tenants), the fallback planner (:data:`FALLBACK_POLICY`) decides
+that cycle instead, and the reason is reported.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsched.agents.baselines import Decision, Policy, make_policy
-from rlsched.daemon.config import REAL_BACKENDS
+from rlsched.daemon.config import FALLBACK_POLICY, REAL_BACKENDS
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError, RlschedError
@@ -133,7 +133,8 @@ class GuardedPolicy:
     """The policy, with ``fallback`` deciding whenever the policy cannot be trusted.
 
     :param policy: the primary decision rule
-    :param fallback: the planner (``migrator-ilp``)
+    :param fallback: the planner (:data:`FALLBACK_POLICY`); it observes every cycle the
+        policy decides, so its forecasts and burst history are current when it takes over
     :param tolerance: how far a normalized feature may leave [low, high] of the observation Box
     """
 
@@ -173,6 +174,7 @@ class GuardedPolicy:
         problem = decision_problem(decision, env)
         if problem is not None:
             return self._fallback(observation, env, "invalid-output", problem)
+        self.fallback.observe(env)
         # A PPO policy may hand an unsure step to its planner: name who decided.
         return Verdict(decision, getattr(self.policy, "decider", self.policy.name))
 
