@@ -350,6 +350,26 @@ def test_migrator_queue_serves_a_burst_in_priority_fill_where_migrator_ilp_gives
     assert linear.evaluate(chosen.configuration, [rates])[0] < 0.0
 
 
+def test_the_guarded_planner_plans_mps_only_where_its_guard_cannot_price_priority_fill(default_env):
+    # The SLO guard charges MPS placements only: with priority-fill layouts among its
+    # candidates, a guarded service isolated in one cost nothing, and heldout-retrain stayed
+    # in two priority-fill 7g GIs all episode (0.74x migrator-ilp). So migrator-queue-slo
+    # weighs none, even where the node runs FIKIT's scheduler; migrator-queue still does.
+    from rlsched.agents.baselines import make_policy
+
+    assert default_env.scenario.priority_fill_scheduler
+    default_env.reset(seed=0)
+    queue, guarded = make_policy("migrator-queue"), make_policy("migrator-queue-slo")
+    queue.reset(default_env)
+    guarded.reset(default_env)
+    assert queue.candidates and all(c.uses_priority_fill() for c in queue.candidates)
+    assert guarded.candidates == []
+    # Started in a priority-fill layout, it leaves it for the MILP's MPS answer.
+    default_env.step_configuration(queue.candidates[0])
+    assert default_env.current.uses_priority_fill()
+    assert not guarded.act(None, default_env).uses_priority_fill()
+
+
 def test_priority_fill_columns_find_the_priority_fill_layout_without_a_portfolio(default_env):
     """The same burst: with priority-fill columns the MILP itself runs a GI in priority fill,
     and its answer is valued exactly (the plan's value is the configuration's assessment)."""
