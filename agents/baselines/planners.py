@@ -434,7 +434,8 @@ class MigratorQueueSlo(MigratorQueue):
     """``migrator-queue`` that holds each high-priority inference tenant to
     :data:`HIGH_PRIORITY_SLO_TARGET` at the burst rates its own measurements show
     (:class:`BurstRates`; the planner's ``SloGuard``), where ``migrator-queue`` maximises
-    Goodput alone. Opt-in: for an operator whose high-priority services have a hard SLO.
+    Goodput alone. The daemon's fallback planner (``rlsched.daemon.config.FALLBACK_POLICY``);
+    in evaluation, opt-in.
 
     Measured on a node without a priority-fill scheduler (docs/planner-bursts.md, stop 53),
     with six DeepSeek-R1 and mm-image traces no choice was tuned on replayed on ``default``'s
