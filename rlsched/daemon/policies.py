@@ -3,8 +3,9 @@
 The policy (the shipped PPO policy, or any baseline) is trusted only inside what it was
 trained on: when an observation feature leaves the observation Box (before clipping), when
 the policy raises, or when its output is not a valid decision (NaN, wrong shape, a level out
-of range, unknown or missing tenants), the fallback planner (:data:`FALLBACK_POLICY`) decides
-that cycle instead, and the reason is reported.
+of range, unknown or missing tenants), the fallback planner
+(:data:`~rlsched.daemon.config.FALLBACK_POLICY`) decides that cycle instead, and the reason is
+reported.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsched.agents.baselines import Decision, Policy, make_policy
-from rlsched.daemon.config import FALLBACK_POLICY, REAL_BACKENDS
+from rlsched.daemon.config import REAL_BACKENDS
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError, RlschedError
@@ -133,8 +134,8 @@ class GuardedPolicy:
     """The policy, with ``fallback`` deciding whenever the policy cannot be trusted.
 
     :param policy: the primary decision rule
-    :param fallback: the planner (:data:`FALLBACK_POLICY`); it observes every cycle the
-        policy decides, so its forecasts and burst history are current when it takes over
+    :param fallback: the planner (:data:`~rlsched.daemon.config.FALLBACK_POLICY`); it observes
+        every cycle the policy decides, so its forecasts and burst history are current when it takes over
     :param tolerance: how far a normalized feature may leave [low, high] of the observation Box
     """
 
