@@ -370,6 +370,27 @@ def test_the_guarded_planner_plans_mps_only_where_its_guard_cannot_price_priorit
     assert not guarded.act(None, default_env).uses_priority_fill()
 
 
+def test_the_queue_planner_takes_each_interval_in_once_when_it_observes_and_then_decides(default_env):
+    # The daemon's fallback observes every interval the policy decides; where the env then
+    # refuses the policy's decision, the fallback decides in that same interval.
+    from rlsched.agents.baselines import make_policy
+
+    policy = make_policy("migrator-queue-slo")
+    default_env.reset(seed=0)
+    policy.reset(default_env)
+    default_env.step_configuration(policy.act(None, default_env))
+    policy.observe(default_env)
+
+    def taken_in():
+        return ({n: len(e) for n, e in policy.residuals.items()}, {n: len(h) for n, h in policy.bursts.history.items()},
+                dict(policy.shifts.previous_rps))
+
+    observed = taken_in()
+    assert observed[0] == {name: 1 for name in policy.residuals}  # one forecast error so far
+    policy.act(None, default_env)
+    assert taken_in() == observed
+
+
 def test_priority_fill_columns_find_the_priority_fill_layout_without_a_portfolio(default_env):
     """The same burst: with priority-fill columns the MILP itself runs a GI in priority fill,
     and its answer is valued exactly (the plan's value is the configuration's assessment)."""

@@ -383,29 +383,39 @@ class MigratorQueue(MigratorIlp):
         self.shifts = RateShifts()
         guarded = [t.name for t in env.scenario.inference_tenants() if t.priority.value == "high"] if self.slo_guard else []
         self.bursts = BurstRates(guarded, self.lookahead, float(env.scenario.decision_interval_s))
+        self.taken_in: tuple[object, dict[str, float]] | None = None  # (the step taken in, its rates)
 
     def observe(self, env: GpuShareEnv) -> None:
         """Take in the last interval's measurements (forecast error, arrival variability):
         every interval, whether or not it plans (:class:`~rlsched.agents.baselines.hedge.MigratorHedgeQueue`
         runs it only while the node follows it)."""
-        self._take_in(env, self.shifts.rates(env, arrival_rates_rps(env)))
+        self._interval_rates(env, arrival_rates_rps(env))
         self.value_error.skip(env)
 
-    def _take_in(self, env: GpuShareEnv, rates: dict[str, float]) -> None:
+    def _interval_rates(self, env: GpuShareEnv, smoothed_rps: dict[str, float]) -> dict[str, float]:
+        """The rates to plan with this interval (:class:`RateShifts`), the last interval's
+        measurements taken in once however often it is asked: the daemon's fallback observes
+        an interval and may then decide in it too (the env refused the policy's decision), and
+        a second take-in would count the interval twice (a forecast error, a burst sample, a
+        rate shift's confirmation)."""
+        step = env.last_step
+        if self.taken_in is not None and self.taken_in[0] is step:
+            return self.taken_in[1]
+        rates = self.shifts.rates(env, smoothed_rps)
         measured = env.backend.observe()
         record_residuals(self.residuals, self.forecast_rps, measured)
-        step = env.last_step
         restarted = {name for name, stats in step.tenants.items() if stats.downtime_s > 0.0} if step is not None else set()
         self.bursts.record(measured, restarted)
         self.forecast_rps = dict(rates)
         logged = env.backend.arrival_times_s()
         self.planner.arrival_dispersion = measured_arrival_dispersion(logged, self.planner.arrival_dispersion)
         self.planner.arrival_log.update(logged or {})
+        self.taken_in = (step, rates)
+        return rates
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         smoothed, backlog, accuracy = observed_load(env)
-        rates = self.shifts.rates(env, smoothed)
-        self._take_in(env, rates)
+        rates = self._interval_rates(env, smoothed)
         self.planner.value_model_error = self.value_error.record(env)
         left = intervals_left(env, env.last_step.t_end_s if env.last_step is not None else 0.0)
         self.planner.slo_guards = {name: self.bursts.guard(name, smoothed[name], left) for name in self.bursts.history}
