@@ -129,9 +129,9 @@ def run_episode(out: Path, policy: str, scenario: str, tenant: str, trace: Repla
 
 
 def summary(ratios: list[float]) -> tuple[float, float]:
-    """(geometric mean, standard error of the mean log ratio) of the positive ``ratios`` (a
-    ratio at or below 0 has no logarithm, None none: the caller counts those apart); NaN
-    where none is."""
+    """(geometric mean, standard error of the mean log ratio) of the positive ``ratios``; NaN
+    where none is. A ratio at or below 0, or None (no ratio), has no logarithm: the caller
+    counts those apart."""
     logs = [math.log(r) for r in ratios if r is not None and r > 0.0]
     if not logs:
         return math.nan, math.nan
