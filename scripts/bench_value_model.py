@@ -15,10 +15,15 @@ then charges the tenant (the downtime model itself is not what is measured). Two
 - ``burst-aware``: the spread of the recent forecast errors
   (:func:`rlsched.agents.baselines.planners.forecast_spread`) and the backlog a restart
   leaves drained at the option's capacity (:meth:`Planner.restart_loss`);
-- ``queue``: ``migrator-queue``'s valuation (:func:`~rlsched.agents.baselines.planners.queue_planner`):
+- ``queue``: ``migrator-queue``'s valuation before stop 66 (:func:`~rlsched.agents.baselines.planners.queue_planner`):
   the forecast spread as ``burst-aware``, the queueing tail near capacity instead of the
-  linear overload loss, each tenant's measured arrival dispersion, and an MPS share valued
-  against as many co-runners as its GI holds; a restart priced as its planner prices it.
+  linear overload loss, each tenant's arrival dispersion as its request log measures it
+  (:func:`~rlsched.agents.baselines.planners.measured_arrival_dispersion`), and an MPS share
+  valued against as many co-runners as its GI holds; a restart priced as its planner prices it;
+- ``queue-fitted``: ``migrator-queue``'s valuation now: ``queue`` with the dispersion fitted
+  to the on-time fractions measured so far (:class:`~rlsched.agents.baselines.planners.DispersionFit`)
+  and the spread capped at the highest rate measured over its window where the rate is not
+  rising (:func:`~rlsched.agents.baselines.planners.rate_ceilings`).
 
 Prints, per model, the relative mean absolute error (sum |predicted - simulated| / sum
 |simulated| over tenant-intervals), the bias (sum (predicted - simulated) / sum
@@ -39,7 +44,8 @@ import numpy as np
 from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.hindsight import layout_candidates
 from rlsched.decision import SharingMode
-from rlsched.agents.baselines.planners import forecast_spread, measured_arrival_dispersion, queue_planner, record_residuals
+from rlsched.agents.baselines.planners import (DispersionFit, forecast_spread, measured_arrival_dispersion, queue_planner, rate_ceilings,
+                                               record_residuals)
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.simulator.lookahead import HISTORY_INTERVALS
 from rlsched.solver.planner import Planner
@@ -47,14 +53,18 @@ from rlsched.workloads.scenario import load_scenario, with_trace_overrides
 
 
 def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float | None, switch_every: int) -> dict[str, dict[str, float]]:
-    """Per model (``steady``, ``burst-aware``, ``queue``): relative MAE and bias, all intervals and restart intervals."""
+    """Per model (``steady``, ``burst-aware``, ``queue``, ``queue-fitted``): relative MAE and
+    bias, all intervals and restart intervals."""
     scenario = with_trace_overrides(load_scenario(scenario_name), traces)
     if duration_s is not None:
         scenario = dataclasses.replace(scenario, duration_s=duration_s)
     env = GpuShareEnv(scenario)
     env.reset(seed=seed)
     planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, restart_backlog=True)
-    queue = queue_planner(env)
+    queue, fitted = queue_planner(env), queue_planner(env)
+    names = [t.name for t in scenario.inference_tenants()]
+    fit = DispersionFit(names)
+    measured_rps: dict[str, deque[float]] = {name: deque(maxlen=HISTORY_INTERVALS) for name in names}
     means = {t.name: t.arrivals.mean_rate_rps() for t in scenario.inference_tenants()}
     reference = scenario.reference or planner.plan(means).configuration
     others = [c for c in layout_candidates(env) if c.layouts != reference.layouts and SharingMode.PRIORITY_FILL not in c.modes[0]]
@@ -70,12 +80,18 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
         steady = planner.configuration_values(configuration, window, accuracy)
         bursty = planner.configuration_values(configuration, window, accuracy, spread)
         queued = queue.configuration_values(configuration, window, accuracy, spread)
+        queued_fitted = fitted.configuration_values(configuration, window, accuracy, spread)
         _, _, _, truncated, _ = env.step_configuration(configuration)
-        record_residuals(residuals, rates, env.backend.observe())
+        measured = env.backend.observe()
+        record_residuals(residuals, rates, measured)
         queue.arrival_dispersion = measured_arrival_dispersion(env.backend.arrival_times_s(), queue.arrival_dispersion)
         result = env.backend.simulator._last
         started_s = env.backend.simulator.time_s - scenario.decision_interval_s
         downtime = {c.tenant: c.downtime_s for c in env.backend.simulator.changes if c.t_s == started_s}
+        # What migrator-queue takes in after an interval (MigratorQueue._interval_rates).
+        fit.record(fitted, configuration, measured, {name for name, down in downtime.items() if down > 0.0})
+        fitted.arrival_dispersion = fit.dispersion(queue.arrival_dispersion)
+        fitted.rate_ceiling_rps = rate_ceilings(measured_rps, residuals, measured)
         for t in scenario.inference_tenants():
             st = result[t.name]
             if step == 0:
@@ -90,12 +106,13 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
             for model, value, pricing, drain in (
                     ("steady", steady[t.name], planner, None),
                     ("burst-aware", bursty[t.name], planner, planner.drain(t, profile, float(p.mps_pct), p.batch_size)),
-                    ("queue", queued[t.name], queue, queue.drain(t, profile, float(p.mps_pct), p.batch_size))):
+                    ("queue", queued[t.name], queue, queue.drain(t, profile, float(p.mps_pct), p.batch_size)),
+                    ("queue-fitted", queued_fitted[t.name], fitted, fitted.drain(t, profile, float(p.mps_pct), p.batch_size))):
                 loss = pricing.restart_loss(t, down, value, window, drain) if down > 0 else 0.0
                 rows.append((model, value - loss, simulated, down > 0))
         step += 1
     out: dict[str, dict[str, float]] = {}
-    for model in ("steady", "burst-aware", "queue"):
+    for model in ("steady", "burst-aware", "queue", "queue-fitted"):
         pred = np.array([r[1] for r in rows if r[0] == model])
         sim = np.array([r[2] for r in rows if r[0] == model])
         restart = np.array([r[3] for r in rows if r[0] == model])
@@ -118,11 +135,11 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=None, help="simulated seconds (default: the scenario's)")
     parser.add_argument("--switch-every", type=int, default=30, help="intervals between configuration switches")
     args = parser.parse_args()
-    print(f"{'scenario':<40} {'model':<12} {'rel. MAE':>9} {'bias':>8} {'restart MAE':>12} {'restarts':>9} {'samples':>8}")
+    print(f"{'scenario':<40} {'model':<13} {'rel. MAE':>9} {'bias':>8} {'restart MAE':>12} {'restarts':>9} {'samples':>8}")
     for name in args.scenario or ["bursty", "steady"]:
         label = name + (" " + " ".join(args.trace) if args.trace else "")
         for model, m in measure(name, args.trace, args.seed, args.duration_s, args.switch_every).items():
-            print(f"{label[-40:]:<40} {model:<12} {m['relative_mae']:>9.3f} {m['bias']:>+8.3f} {m['restart_relative_mae']:>12.3f} {m['restart_intervals']:>9.0f} {m['tenant_intervals']:>8.0f}")
+            print(f"{label[-40:]:<40} {model:<13} {m['relative_mae']:>9.3f} {m['bias']:>+8.3f} {m['restart_relative_mae']:>12.3f} {m['restart_intervals']:>9.0f} {m['tenant_intervals']:>8.0f}")
 
 
 if __name__ == "__main__":

@@ -310,6 +310,80 @@ def test_the_queueing_tail_falls_with_load_and_with_burstier_arrivals(default_en
     assert planner.steady_on_time_fractions(resnet, np.array([1.01 * capacity]), latency, 4, queueing_tail=True)[0] == 0.0
 
 
+def test_the_forecast_spread_reaches_no_rate_above_the_tenants_ceiling(default_env):
+    import numpy as np
+
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True)
+    bert = default_env.scenario.tenant("bert")
+    latency = planner.latency_ms(bert, "2g.10gb", 100.0)
+    capacity = 32 * 1000.0 / latency[31]
+    forecast = np.array([0.7 * capacity])
+    unbounded = planner.on_time_table(bert, forecast, latency, [32], rate_cv=1.0)[0, 0]
+    # A tenant that never went past 0.9 of the GI's capacity: the lognormal's tail beyond it is not priced.
+    planner.rate_ceiling_rps = {"bert": 0.9 * capacity}
+    capped = planner.on_time_table(bert, forecast, latency, [32], rate_cv=1.0)[0, 0]
+    assert capped > unbounded + 0.1
+    # The ceiling is never below the forecast itself, and one above every quantile changes nothing.
+    planner.rate_ceiling_rps = {"bert": 0.1 * capacity}
+    assert planner.on_time_table(bert, forecast, latency, [32], rate_cv=1.0)[0, 0] == pytest.approx(
+        planner.steady_on_time_fractions(bert, forecast, latency, 32, queueing_tail=True)[0])
+    planner.rate_ceiling_rps = {"bert": 100.0 * capacity}
+    assert planner.on_time_table(bert, forecast, latency, [32], rate_cv=1.0)[0, 0] == pytest.approx(unbounded)
+
+
+def test_the_steady_table_takes_one_dispersion_per_rate(default_env, planner):
+    import numpy as np
+
+    resnet = default_env.scenario.tenant("resnet")
+    latency = planner.latency_ms(resnet, "1g.5gb", 100.0)
+    rates = 4 * 1000.0 / latency[3] * np.array([0.8, 0.9, 0.95])
+    dispersions = np.array([0.5, 4.0, 20.0])
+    table = planner.steady_on_time_table(resnet, rates, latency, [4], queueing_tail=True, arrival_dispersion=dispersions)[0]
+    one_by_one = [planner.steady_on_time_fractions(resnet, rates[i:i + 1], latency, 4, True, d)[0] for i, d in enumerate(dispersions)]
+    assert table == pytest.approx(one_by_one)
+
+
+def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_env):
+    """The fit finds the dispersion whose predicted on-time fractions match those measured, where
+    the node ran near capacity; far from it, where any dispersion predicts the same, it keeps the
+    request log's; restarted intervals, and the interval after one, are left out."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import DISPERSION_GRID, MIN_DISPERSION_SAMPLES, DispersionFit
+
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
+    configuration = default_env.scenario.reference
+    bert = default_env.scenario.tenant("bert")
+    _, profile, share, batch, co_runners = planner.option_key(configuration, "bert")
+    latency = planner.latency_ms(bert, profile, share, co_runners)
+    capacity = batch * 1000.0 / latency[batch - 1]
+    true_dispersion = 8.0
+
+    def served(rate: float) -> dict:
+        fraction = planner.steady_on_time_fractions(bert, np.array([rate]), latency, batch, True, true_dispersion)[0]
+        return {"bert": {"arrival_rate_rps": rate, "slo_attainment": fraction, "active": 1.0}}
+
+    fit = DispersionFit(["bert"])
+    for _ in range(2):  # the first two intervals start every tenant
+        fit.record(planner, configuration, served(0.9 * capacity), restarted=())
+    assert fit.dispersion({"bert": 1.0}) == {"bert": 1.0}  # nothing recorded yet
+    for load in np.linspace(0.7, 0.95, MIN_DISPERSION_SAMPLES):
+        fit.record(planner, configuration, served(load * capacity), restarted=())
+    assert fit.dispersion({"bert": 1.0})["bert"] == pytest.approx(true_dispersion, rel=0.15)
+    # A restart's interval and the next one measure the restart (here: nothing on time), not the arrivals.
+    recorded = len(fit.samples["bert"])
+    fit.record(planner, configuration, {"bert": {"arrival_rate_rps": 0.9 * capacity, "slo_attainment": 0.0}}, restarted={"bert"})
+    fit.record(planner, configuration, {"bert": {"arrival_rate_rps": 0.9 * capacity, "slo_attainment": 0.0}}, restarted=())
+    assert len(fit.samples["bert"]) == recorded
+
+    idle = DispersionFit(["bert"])
+    for _ in range(2 + MIN_DISPERSION_SAMPLES):
+        idle.record(planner, configuration, served(0.1 * capacity), restarted=())
+    measured = DISPERSION_GRID[25]
+    assert idle.dispersion({"bert": measured})["bert"] == pytest.approx(measured)
+    assert idle.dispersion({})["bert"] == pytest.approx(1.0)  # no request log: Poisson
+
+
 def test_measured_arrival_dispersion():
     import numpy as np
 

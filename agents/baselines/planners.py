@@ -47,6 +47,18 @@ MIN_ARRIVALS_FOR_DISPERSION = 20
 #: LLM conversation trace) has an inter-arrival SCV of 0.9-2.2 but a dispersion of 8-35 in
 #: 0.5-s bins, and meets its SLO on 0.5-0.9 of its requests at 60% of its GI's capacity.
 DISPERSION_BIN_S = 0.5
+#: The arrival dispersions a tenant's fitted dispersion is chosen from (:class:`DispersionFit`):
+#: a tenth of Poisson's to a thousand times it, ten per decade.
+DISPERSION_GRID = np.logspace(-1.0, 3.0, 41)
+#: Fewest measured intervals before :class:`DispersionFit` fits a tenant's dispersion.
+MIN_DISPERSION_SAMPLES = 5
+#: Weight of the squared log distance from the measured dispersion in the fit's loss (in
+#: squared on-time fractions, shared out over the samples): it decides where the measured
+#: intervals do not (a tenant far from its capacity is on time at any dispersion).
+DISPERSION_PRIOR_WEIGHT = 0.02
+#: A tenant's rate is rising past its forecast when the mean of its log forecast errors lies
+#: this many standard errors above 0 (:func:`rate_ceilings`): a one-sided t-test at about 2.5%.
+RISING_T_STATISTIC = 2.0
 #: Largest forecast spread (coefficient of variation of the coming rate): a tenant waking from
 #: near zero makes relative forecast errors in the hundreds (186 for heldout-bursty-high's bert,
 #: whose every rate quantile then lay above any GI's capacity, so the planner stopped weighing
@@ -384,6 +396,11 @@ class MigratorQueue(MigratorIlp):
         guarded = [t.name for t in env.scenario.inference_tenants() if t.priority.value == "high"] if self.slo_guard else []
         self.bursts = BurstRates(guarded, self.lookahead, float(env.scenario.decision_interval_s))
         self.taken_in: tuple[object, dict[str, float]] | None = None  # (the step taken in, its rates)
+        names = [t.name for t in env.scenario.inference_tenants()]
+        # Per tenant, its rates measured over the spread's window: the spread's ceiling.
+        self.measured_rps: dict[str, deque[float]] = {name: deque(maxlen=HISTORY_INTERVALS) for name in names}
+        self.measured_dispersion: dict[str, float] = {}  # from the request log (measured_arrival_dispersion)
+        self.dispersion_fit = DispersionFit(names)
 
     def observe(self, env: GpuShareEnv) -> None:
         """Take in the last interval's measurements (forecast error, arrival variability):
@@ -407,8 +424,12 @@ class MigratorQueue(MigratorIlp):
         restarted = {name for name, stats in step.tenants.items() if stats.downtime_s > 0.0} if step is not None else set()
         self.bursts.record(measured, restarted)
         self.forecast_rps = dict(rates)
+        self.planner.rate_ceiling_rps = rate_ceilings(self.measured_rps, self.residuals, measured)
         logged = env.backend.arrival_times_s()
-        self.planner.arrival_dispersion = measured_arrival_dispersion(logged, self.planner.arrival_dispersion)
+        self.measured_dispersion = measured_arrival_dispersion(logged, self.measured_dispersion)
+        if step is not None:
+            self.dispersion_fit.record(self.planner, env.current, measured, restarted)
+        self.planner.arrival_dispersion = self.dispersion_fit.dispersion(self.measured_dispersion)
         self.planner.arrival_log.update(logged or {})
         self.taken_in = (step, rates)
         return rates
@@ -630,6 +651,70 @@ def measured_arrival_dispersion(logged: Mapping[str, np.ndarray] | None, previou
         dispersion[name] = (measured if name not in previous
                             else ARRIVAL_DISPERSION_SMOOTHING * measured + (1.0 - ARRIVAL_DISPERSION_SMOOTHING) * previous[name])
     return dispersion
+
+
+class DispersionFit:
+    """The arrival dispersion each inference tenant's queueing tail is valued at (the
+    planner's ``arrival_dispersion``), fitted to the on-time fractions the node measured it
+    serve: the value on :data:`DISPERSION_GRID` whose steady on-time fraction
+    (:meth:`~rlsched.solver.planner.Planner.steady_on_time_table`) at each interval's measured
+    rate, in the MPS placement it ran in, comes closest to the fraction measured (squared
+    errors weighted by requests), over its last :data:`HISTORY_INTERVALS` intervals that
+    neither it was (re)started in nor the one before (the backlog a restart leaves is the
+    restart's to price); pulled toward the dispersion its request log measured
+    (:func:`measured_arrival_dispersion`; Poisson without a log) by
+    :data:`DISPERSION_PRIOR_WEIGHT`.
+
+    Why: counted in 0.5-s bins, a rate that jumps within the interval reads as dispersion,
+    and arrivals clustered at a shorter scale read as none. On ``bursty``, bert's rate jumps
+    between 40 and 320 req/s and measured 15-35, which predicts 0.39 on time in its 2g at 320
+    req/s, where it served 0.92-1.0; vgg (the Azure trace's times) measured 13-20, which
+    predicts 0.97 on time at 75% of a 3g, where it served 0.6-0.85. The planner chased both
+    errors with restarts: 0.66x ``migrator-ilp`` (docs/planner-bursts.md, stop 66).
+    """
+
+    def __init__(self, names: Collection[str]) -> None:
+        #: Per tenant: (on-time fraction at each grid dispersion, fraction measured, requests) per interval.
+        self.samples: dict[str, deque[tuple[np.ndarray, float, float]]] = {name: deque(maxlen=HISTORY_INTERVALS) for name in names}
+        # Per tenant, whether it was (re)started in each of the last two intervals (the first two
+        # count as restarted: every tenant starts).
+        self.restarted: dict[str, deque[bool]] = {name: deque([True, True], maxlen=2) for name in names}
+
+    def record(self, planner: Planner, configuration: Configuration | None, measured: Mapping[str, Mapping[str, float]],
+               restarted: Collection[str]) -> None:
+        """Take in the interval that just ended: ``configuration`` ran in it, the backend
+        measured ``measured`` (``env.backend.observe()``), and the tenants ``restarted`` were
+        (re)started in it."""
+        for name, samples in self.samples.items():
+            self.restarted[name].append(name in restarted)
+            m = measured.get(name, {})
+            if (configuration is None or name not in configuration.placements or any(self.restarted[name])
+                    or not m.get("active", 1.0) or not math.isfinite(m.get("slo_attainment", math.nan))):
+                continue
+            p = configuration.placements[name]
+            rate_rps = float(m.get("arrival_rate_rps", 0.0))
+            if configuration.modes[p.gpu_index][p.instance_index] != SharingMode.MPS or rate_rps <= 0.0:
+                continue
+            tenant = planner.scenario.tenant(name)
+            _, profile, share, batch, co_runners = planner.option_key(configuration, name)
+            latency = planner.latency_ms(tenant, profile, share, co_runners)
+            on_time = planner.steady_on_time_table(tenant, np.full(DISPERSION_GRID.size, rate_rps), latency, [min(batch, tenant.max_batch)],
+                                                   queueing_tail=True, arrival_dispersion=DISPERSION_GRID)[0]
+            samples.append((on_time, float(m["slo_attainment"]), rate_rps * planner.interval_s))
+
+    def dispersion(self, measured: Mapping[str, float]) -> dict[str, float]:
+        """Per tenant, its fitted dispersion, or its ``measured`` one (a tenant in neither: Poisson,
+        left out) while fewer than :data:`MIN_DISPERSION_SAMPLES` intervals are recorded."""
+        fitted = dict(measured)
+        for name, samples in self.samples.items():
+            if len(samples) < MIN_DISPERSION_SAMPLES:
+                continue
+            on_time = np.array([s[0] for s in samples])
+            fraction, requests = np.array([s[1:] for s in samples]).T
+            error = (requests / requests.sum()) @ np.square(on_time - fraction[:, None])
+            prior = np.square(np.log(DISPERSION_GRID / max(measured.get(name, 1.0), 1e-3)))
+            fitted[name] = float(DISPERSION_GRID[np.argmin(error + DISPERSION_PRIOR_WEIGHT * prior / len(samples))])
+        return fitted
 
 
 def priority_fill_candidates(env: GpuShareEnv) -> list[Configuration]:
@@ -897,6 +982,33 @@ def record_residuals(residuals: dict[str, deque[float]], forecast_rps: dict[str,
         forecast = forecast_rps.get(name, 0.0)
         if forecast > 0 and "arrival_rate_rps" in measured.get(name, {}):
             history.append(float(measured[name]["arrival_rate_rps"]) / forecast - 1.0)
+
+
+def rate_ceilings(measured_rps: Mapping[str, deque[float]], residuals: Mapping[str, deque[float]],
+                  measured: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Per tenant, the highest rate its forecast spread reaches (the planner's
+    ``rate_ceiling_rps``), after taking in the last interval's ``measured`` rates
+    (``env.backend.observe()``) into its recent rates (``measured_rps``, appended to): the
+    highest of them, unless its rate is rising past its forecast (its relative forecast
+    errors, ``residuals``, are above 0 on average in log terms by
+    :data:`RISING_T_STATISTIC` standard errors): a rising rate is bound to pass what it has
+    reached, and the spread's tail is what prices it.
+
+    Why a ceiling: ``bursty``'s bert jumps between 40, 160 and 320 req/s and errs by its
+    forecast's whole size, so that the spread put a tenth of its requests at 2.6x the forecast,
+    beyond the 361 req/s of the 2g that served its 320 req/s 0.92-1.0 on time; the planner left
+    that 2g for each burst. Why not on a rise: heldout-deploy's alexnet, deployed at 600 s,
+    rises from 840 to 1,540 req/s over the next 40 intervals, and capped at each interval's
+    peak the planner left it too little room (0.92x; docs/planner-bursts.md, stop 66)."""
+    ceilings = {}
+    for name, history in measured_rps.items():
+        if "arrival_rate_rps" in measured.get(name, {}):
+            history.append(float(measured[name]["arrival_rate_rps"]))
+        errors = np.log1p(np.maximum(np.asarray(residuals.get(name, ()), dtype=float), -0.999))
+        rising = len(errors) >= MIN_HISTORY_INTERVALS and errors.mean() > RISING_T_STATISTIC * errors.std(ddof=1) / math.sqrt(len(errors))
+        if history and not rising:
+            ceilings[name] = max(history)
+    return ceilings
 
 
 def forecast_spread(residuals: dict[str, deque[float]]) -> dict[str, float]:

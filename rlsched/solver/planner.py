@@ -287,6 +287,9 @@ class Planner:
         #: it (the index of dispersion of counts; 1 for Poisson), for the queueing tail (set
         #: by the policy; a tenant not in it is valued as Poisson).
         self.arrival_dispersion: dict[str, float] = {}
+        #: Per inference tenant, the highest rate its forecast spread reaches (set by the policy:
+        #: the highest rate measured over the spread's window; a tenant not in it is unbounded).
+        self.rate_ceiling_rps: dict[str, float] = {}
         #: Per inference tenant, the arrival times of its last interval's requests (a request
         #: log, seconds), replayed to find the idle time a priority-fill instance's first
         #: tenant leaves and a guarded tenant's on-time fraction (set by the policy; a tenant
@@ -382,7 +385,8 @@ class Planner:
         every batch level and lookahead window of an option at once.
 
         A varying rate is a lognormal with that mean and CV, read at
-        :data:`RATE_QUANTILE_POINTS` quantiles: each quantile's requests are on time as the
+        :data:`RATE_QUANTILE_POINTS` quantiles and capped at the tenant's
+        :attr:`rate_ceiling_rps` (never below the mean): each quantile's requests are on time as the
         steady-rate model (:meth:`steady_on_time_fractions`) says at its rate, weighted by
         the requests it brings. A quantile above the largest batch's throughput also leaves
         a backlog that is drained at the spare capacity (throughput minus the mean rate);
@@ -397,6 +401,12 @@ class Planner:
             return self.steady_on_time_table(tenant, rates_rps, latency_ms, max_batches, self.queueing_tail, dispersion)
         sigma = math.sqrt(math.log1p(rate_cv * rate_cv))
         quantiles = rates_rps[:, None] * np.exp(sigma * _QUANTILE_Z - 0.5 * sigma * sigma)[None, :]
+        ceiling = self.rate_ceiling_rps.get(tenant.name)
+        if ceiling is not None:
+            # The lognormal's tail is a shape, not a measurement: a tenant whose rate jumps
+            # between levels (MMPP, bursty: bert 40 / 160 / 320) errs by 1.0 of its forecast,
+            # whose 94th percentile then lies at 2.6x it, past any rate it has reached.
+            quantiles = np.minimum(quantiles, np.maximum(ceiling, rates_rps)[:, None])
         on_time = self.steady_on_time_table(tenant, quantiles.ravel(), latency_ms, max_batches, self.queueing_tail, dispersion)
         on_time = on_time.reshape(len(max_batches), *quantiles.shape)
         levels = np.asarray(max_batches)
@@ -438,10 +448,11 @@ class Planner:
 
     @staticmethod
     def steady_on_time_table(tenant: InferenceTenant, rates_rps: np.ndarray, latency_ms: np.ndarray, max_batches: Sequence[int],
-                             queueing_tail: bool = False, arrival_dispersion: float = 1.0) -> np.ndarray:
+                             queueing_tail: bool = False, arrival_dispersion: float | np.ndarray = 1.0) -> np.ndarray:
         """:meth:`steady_on_time_fractions` for each largest batch of ``max_batches`` (rows) at
-        each rate (columns). The settled batch is the smallest that carries the rate under
-        any largest batch B, so it is found once; B sets whether it is allowed and the tail."""
+        each rate (columns; ``arrival_dispersion`` one for all, or one per rate). The settled
+        batch is the smallest that carries the rate under any largest batch B, so it is found
+        once; B sets whether it is allowed and the tail."""
         rates_rps = np.asarray(rates_rps, dtype=float)
         levels = np.asarray(max_batches)
         sizes = np.arange(1, int(levels.max()) + 1)
@@ -454,7 +465,7 @@ class Planner:
         if queueing_tail:
             rho = np.clip(rho, 0.0, 1.0 - 1e-9)
             per_request_ms = (latency_ms[levels - 1] / levels)[:, None]
-            mean_wait_ms = rho / (1.0 - rho) * 0.5 * max(arrival_dispersion, 0.0) * per_request_ms
+            mean_wait_ms = rho / (1.0 - rho) * 0.5 * np.maximum(arrival_dispersion, 0.0) * per_request_ms
             slack_ms = np.maximum(tenant.slo_ms - QUEUE_SLACK_LATENCIES * latency, 0.0)[None, :]
             fraction = fraction * (1.0 - rho * np.exp(-slack_ms / np.maximum(mean_wait_ms, 1e-12)))
         else:
@@ -877,7 +888,7 @@ class Planner:
             if mode == SharingMode.PRIORITY_FILL:
                 filled.add((p.gpu_index, p.instance_index))
                 continue
-            key = self._option_key(configuration, name)
+            key = self.option_key(configuration, name)
             if key not in options:
                 options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, p.batch_size, rate_cv, key[4])[0]
             values[name] = options[key]
@@ -885,7 +896,7 @@ class Planner:
             values.update(self.priority_fill_values(configuration, g, i, rates, accuracy, rate_cv))
         return values
 
-    def _option_key(self, configuration: Configuration, name: str) -> tuple[str, str | None, float, int, int | None]:
+    def option_key(self, configuration: Configuration, name: str) -> tuple[str, str | None, float, int, int | None]:
         """(tenant, GI profile, share, batch, co-runner count) of tenant ``name``'s MPS placement:
         what its option value depends on, at given rates."""
         p = configuration.placements[name]
@@ -1363,7 +1374,7 @@ class Planner:
         ``options`` :meth:`assess_many` takes), all forecasts in one vectorised call per option."""
         accuracy = dict(accuracy or {})
         options: list[dict[tuple, float]] = [{} for _ in forecasts]
-        keys = {self._option_key(c, name) for c in configurations
+        keys = {self.option_key(c, name) for c in configurations
                 for name, p in c.placements.items() if c.modes[p.gpu_index][p.instance_index] != SharingMode.PRIORITY_FILL}
         for key in keys:
             name, profile, mps_pct, batch, sharing = key
