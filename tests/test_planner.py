@@ -331,6 +331,30 @@ def test_the_forecast_spread_reaches_no_rate_above_the_tenants_ceiling(default_e
     assert planner.on_time_table(bert, forecast, latency, [32], rate_cv=1.0)[0, 0] == pytest.approx(unbounded)
 
 
+def test_the_spread_is_capped_at_the_highest_rate_measured_unless_the_rate_is_rising():
+    from collections import deque
+
+    from rlsched.agents.baselines.planners import rate_ceilings, record_residuals
+
+    def ceilings(rates: list[float]) -> dict[str, float]:
+        measured_rps, residuals, forecast = {"bert": deque(maxlen=30)}, {"bert": deque(maxlen=30)}, {}
+        out = rate_ceilings(measured_rps, residuals, {})
+        for rate in rates:
+            measured = {"bert": {"arrival_rate_rps": rate}}
+            record_residuals(residuals, forecast, measured)
+            out = rate_ceilings(measured_rps, residuals, measured)
+            smoothed = forecast.get("bert", rate)
+            forecast = {"bert": 0.7 * smoothed + 0.3 * rate}  # an EWMA forecast, as the planner's
+        return out
+
+    # Jumps between levels (bursty's bert): the highest level reached bounds the spread...
+    assert ceilings([40.0, 40.0, 320.0, 330.0, 40.0, 160.0, 160.0, 40.0, 320.0, 40.0] * 2) == {"bert": 330.0}
+    # ...but a rate that keeps rising past its forecast is not bounded by what it has reached.
+    assert ceilings([840.0 * 1.02 ** k for k in range(30)]) == {}
+    # No rate measured: no ceiling.
+    assert ceilings([]) == {}
+
+
 def test_the_steady_table_takes_one_dispersion_per_rate(default_env, planner):
     import numpy as np
 

@@ -335,8 +335,11 @@ class MigratorQueue(MigratorIlp):
       ``OVERLOAD_MARGIN`` that predicts 0.40 too little on average;
     - with that headroom gone, the forecast's errors are priced instead: the on-time fraction
       is averaged over rate quantiles as wide as the recent forecast errors
-      (:func:`forecast_spread`), as in :class:`MigratorBurst`, and the tail's queueing grows
-      with each tenant's measured arrival dispersion (:func:`measured_arrival_dispersion`);
+      (:func:`forecast_spread`), as in :class:`MigratorBurst`, up to the highest rate
+      measured over their window unless the rate is rising (:func:`rate_ceilings`); the
+      tail's queueing grows with each tenant's arrival dispersion, fitted to the on-time
+      fractions the node measured it serve (:class:`DispersionFit`), from the dispersion
+      its request log measures (:func:`measured_arrival_dispersion`);
     - an MPS share is valued against as many co-runners as its GI holds (the planner's
       ``co_runner_count``), not one: vit's 25% of an H100 7g serves 325 req/s beside two
       co-runners, where one predicted 370;
