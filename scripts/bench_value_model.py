@@ -8,7 +8,7 @@ the backlog they leave, are part of what is predicted). Before each interval it 
 per inference tenant, the interval's Goodput (on-time x accuracy x weight minus the SLO
 penalty, :func:`rlsched.goodput.goodput_terms`) from what the planner sees then: the
 smoothed rate plus the backlog spread over the interval, and the downtime the simulator
-then charges the tenant (the downtime model itself is not what is measured). Two models:
+then charges the tenant (the downtime model itself is not what is measured). The models:
 
 - ``steady``: the fluid model at the mean rate (rate variation 0), a restart costing only
   the requests arriving while down (the planner before the burst-aware value model);

@@ -11,7 +11,7 @@ import pytest
 
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.goodput import goodput_terms
-from rlsched.solver.planner import SHARE_TIE_BREAK, Planner
+from rlsched.solver.planner import SHARE_TIE_BREAK, Planner, SloGuard
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
 
@@ -329,6 +329,12 @@ def test_the_forecast_spread_reaches_no_rate_above_the_tenants_ceiling(default_e
         planner.steady_on_time_fractions(bert, forecast, latency, 32, queueing_tail=True)[0])
     planner.rate_ceiling_rps = {"bert": 100.0 * capacity}
     assert planner.on_time_table(bert, forecast, latency, [32], rate_cv=1.0)[0, 0] == pytest.approx(unbounded)
+    # An SLO guard's rates are peaks the tenant may reach: it keeps the spread's tail beyond them.
+    planner.rate_ceiling_rps = {"bert": 0.9 * capacity}
+    assert planner.on_time_table(bert, forecast, latency, [32], rate_cv=1.0, capped=False)[0, 0] == pytest.approx(unbounded)
+    planner.slo_guards = {"bert": SloGuard(0.99, forecast, np.array([1.0]))}
+    guard, on_time = planner.guarded_on_time(bert, "2g.10gb", 100.0, 32, rate_cv={"bert": 1.0})
+    assert on_time[0] == pytest.approx(unbounded)
 
 
 def test_the_spread_is_capped_at_the_highest_rate_measured_unless_the_rate_is_rising():

@@ -670,8 +670,8 @@ class DispersionFit:
 
     Why: counted in 0.5-s bins, a rate that jumps within the interval reads as dispersion,
     and arrivals clustered at a shorter scale read as none. On ``bursty``, bert's rate jumps
-    between 40 and 320 req/s and measured 15-35, which predicts 0.39 on time in its 2g at 320
-    req/s, where it served 0.92-1.0; vgg (the Azure trace's times) measured 13-20, which
+    between 40 and 320 req/s and measured 15-35, which predicts 0.27-0.39 on time in its 2g at
+    320-330 req/s, where it served 0.92-1.0; vgg (the Azure trace's times) measured 13-20, which
     predicts 0.97 on time at 75% of a 3g, where it served 0.6-0.85. The planner chased both
     errors with restarts: 0.66x ``migrator-ilp`` (docs/planner-bursts.md, stop 66).
     """
