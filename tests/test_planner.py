@@ -333,7 +333,7 @@ def test_the_forecast_spread_reaches_no_rate_above_the_tenants_ceiling(default_e
     planner.rate_ceiling_rps = {"bert": 0.9 * capacity}
     assert planner.on_time_table(bert, forecast, latency, [32], rate_cv=1.0, capped=False)[0, 0] == pytest.approx(unbounded)
     planner.slo_guards = {"bert": SloGuard(0.99, forecast, np.array([1.0]))}
-    guard, on_time = planner.guarded_on_time(bert, "2g.10gb", 100.0, 32, rate_cv={"bert": 1.0})
+    _, on_time = planner.guarded_on_time(bert, "2g.10gb", 100.0, 32, rate_cv={"bert": 1.0})
     assert on_time[0] == pytest.approx(unbounded)
 
 
