@@ -287,8 +287,9 @@ class Planner:
         #: it (the index of dispersion of counts; 1 for Poisson), for the queueing tail (set
         #: by the policy; a tenant not in it is valued as Poisson).
         self.arrival_dispersion: dict[str, float] = {}
-        #: Per inference tenant, the highest rate its forecast spread reaches (set by the policy:
-        #: the highest rate measured over the spread's window; a tenant not in it is unbounded).
+        #: Per inference tenant, the highest rate its forecast spread reaches in Goodput valuation
+        #: (set by the policy, e.g. the highest rate measured over the spread's window while the
+        #: rate is not rising; a tenant not in it is unbounded, and an SLO guard never is).
         self.rate_ceiling_rps: dict[str, float] = {}
         #: Per inference tenant, the arrival times of its last interval's requests (a request
         #: log, seconds), replayed to find the idle time a priority-fill instance's first
