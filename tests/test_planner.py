@@ -414,6 +414,42 @@ def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_e
     assert idle.dispersion({})["bert"] == pytest.approx(1.0)  # no request log: Poisson
 
 
+def test_the_dispersion_fit_reads_a_draining_backlog_as_the_backlogs(default_env):
+    """An interval that starts with a queue (an overload's or a restart's) answers late while it
+    drains, whatever the dispersion: the fit charges those late answers to the backlog
+    (Planner.backlog_late_s) and finds the dispersion the node served at, not a burstier one
+    (heldout-retrain: 50-63, where the arrivals are Poisson)."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import MIN_DISPERSION_SAMPLES, DispersionFit
+
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
+    configuration = default_env.scenario.reference
+    bert = default_env.scenario.tenant("bert")
+    _, profile, share, batch, co_runners = planner.option_key(configuration, "bert")
+    latency = planner.latency_ms(bert, profile, share, co_runners)
+    capacity = batch * 1000.0 / latency[batch - 1]
+    slack_s = (bert.slo_ms - latency[batch - 1]) / 1000.0
+    rate = 0.9 * capacity
+
+    def served(queued_at_start: float, queued_at_end: float) -> dict:
+        steady = planner.steady_on_time_fractions(bert, np.array([rate]), latency, batch, True, 1.0)[0]
+        late_s = min(Planner.backlog_late_s(queued_at_start, rate, capacity, slack_s), planner.interval_s)
+        return {"bert": {"arrival_rate_rps": rate, "slo_attainment": steady * (1.0 - late_s / planner.interval_s),
+                         "queue_length": queued_at_end, "active": 1.0}}
+
+    # A queue that takes 60% of an interval to drain at the spare capacity, measured as one ends.
+    queue = capacity * slack_s + 0.6 * planner.interval_s * (capacity - rate)
+    fit = DispersionFit(["bert"])
+    for _ in range(2):  # the first two intervals start every tenant
+        fit.record(planner, configuration, served(0.0, 0.0), restarted=())
+    for _ in range(MIN_DISPERSION_SAMPLES):  # an overload leaves a queue; the next interval drains it
+        fit.record(planner, configuration, served(0.0, queue), restarted=())
+        fit.record(planner, configuration, served(queue, 0.0), restarted=())
+    assert fit.dispersion({"bert": 1.0})["bert"] == pytest.approx(1.0, rel=0.15)
+    assert Planner.backlog_late_s(queue, capacity, capacity, slack_s) == math.inf  # no spare capacity: never drains
+
+
 def test_measured_arrival_dispersion():
     import numpy as np
 
