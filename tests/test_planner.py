@@ -373,6 +373,18 @@ def test_the_steady_table_takes_one_dispersion_per_rate(default_env, planner):
     assert table == pytest.approx(one_by_one)
 
 
+def _bert_in_the_reference(default_env):
+    """(a queueing planner, ``default``'s reference configuration, bert, its latency per batch
+    size there, ms, its largest batch, its capacity there, requests/s): where the dispersion
+    fit's tests serve bert."""
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
+    configuration = default_env.scenario.reference
+    bert = default_env.scenario.tenant("bert")
+    _, profile, share, batch, co_runners = planner.option_key(configuration, "bert")
+    latency = planner.latency_ms(bert, profile, share, co_runners)
+    return planner, configuration, bert, latency, batch, batch * 1000.0 / latency[batch - 1]
+
+
 def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_env):
     """The fit finds the dispersion whose predicted on-time fractions match those measured, where
     the node ran near capacity; far from it, where any dispersion predicts the same, it keeps the
@@ -381,12 +393,7 @@ def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_e
 
     from rlsched.agents.baselines.planners import DISPERSION_GRID, MIN_DISPERSION_SAMPLES, DispersionFit
 
-    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
-    configuration = default_env.scenario.reference
-    bert = default_env.scenario.tenant("bert")
-    _, profile, share, batch, co_runners = planner.option_key(configuration, "bert")
-    latency = planner.latency_ms(bert, profile, share, co_runners)
-    capacity = batch * 1000.0 / latency[batch - 1]
+    planner, configuration, bert, latency, batch, capacity = _bert_in_the_reference(default_env)
     true_dispersion = 8.0
 
     def served(rate: float) -> dict:
@@ -423,12 +430,7 @@ def test_the_dispersion_fit_reads_a_draining_backlog_as_the_backlogs(default_env
 
     from rlsched.agents.baselines.planners import MIN_DISPERSION_SAMPLES, DispersionFit
 
-    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
-    configuration = default_env.scenario.reference
-    bert = default_env.scenario.tenant("bert")
-    _, profile, share, batch, co_runners = planner.option_key(configuration, "bert")
-    latency = planner.latency_ms(bert, profile, share, co_runners)
-    capacity = batch * 1000.0 / latency[batch - 1]
+    planner, configuration, bert, latency, batch, capacity = _bert_in_the_reference(default_env)
     slack_s = (bert.slo_ms - latency[batch - 1]) / 1000.0
     rate = 0.9 * capacity
 
