@@ -373,18 +373,6 @@ def test_the_steady_table_takes_one_dispersion_per_rate(default_env, planner):
     assert table == pytest.approx(one_by_one)
 
 
-def _bert_in_the_reference(default_env):
-    """(a queueing planner, ``default``'s reference configuration, bert, its latency per batch
-    size there, ms, its largest batch, its capacity there, requests/s): where the dispersion
-    fit's tests serve bert."""
-    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
-    configuration = default_env.scenario.reference
-    bert = default_env.scenario.tenant("bert")
-    _, profile, share, batch, co_runners = planner.option_key(configuration, "bert")
-    latency = planner.latency_ms(bert, profile, share, co_runners)
-    return planner, configuration, bert, latency, batch, batch * 1000.0 / latency[batch - 1]
-
-
 def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_env):
     """The fit finds the dispersion whose predicted on-time fractions match those measured, where
     the node ran near capacity; far from it, where any dispersion predicts the same, it keeps the
@@ -393,7 +381,12 @@ def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_e
 
     from rlsched.agents.baselines.planners import DISPERSION_GRID, MIN_DISPERSION_SAMPLES, DispersionFit
 
-    planner, configuration, bert, latency, batch, capacity = _bert_in_the_reference(default_env)
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True, co_runner_count=True)
+    configuration = default_env.scenario.reference
+    bert = default_env.scenario.tenant("bert")
+    _, profile, share, batch, co_runners = planner.option_key(configuration, "bert")
+    latency = planner.latency_ms(bert, profile, share, co_runners)
+    capacity = batch * 1000.0 / latency[batch - 1]
     true_dispersion = 8.0
 
     def served(rate: float) -> dict:
@@ -419,37 +412,6 @@ def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_e
     measured = DISPERSION_GRID[25]
     assert idle.dispersion({"bert": measured})["bert"] == pytest.approx(measured)
     assert idle.dispersion({})["bert"] == pytest.approx(1.0)  # no request log: Poisson
-
-
-def test_the_dispersion_fit_reads_a_draining_backlog_as_the_backlogs(default_env):
-    """An interval that starts with a queue (an overload's or a restart's) answers late while it
-    drains, whatever the dispersion: the fit charges those late answers to the backlog
-    (Planner.backlog_late_s) and finds the dispersion the node served at, not a burstier one
-    (heldout-retrain: 50-63, where the arrivals are Poisson)."""
-    import numpy as np
-
-    from rlsched.agents.baselines.planners import MIN_DISPERSION_SAMPLES, DispersionFit
-
-    planner, configuration, bert, latency, batch, capacity = _bert_in_the_reference(default_env)
-    slack_s = (bert.slo_ms - latency[batch - 1]) / 1000.0
-    rate = 0.9 * capacity
-
-    def served(queued_at_start: float, queued_at_end: float) -> dict:
-        steady = planner.steady_on_time_fractions(bert, np.array([rate]), latency, batch, True, 1.0)[0]
-        late_s = min(Planner.backlog_late_s(queued_at_start, rate, capacity, slack_s), planner.interval_s)
-        return {"bert": {"arrival_rate_rps": rate, "slo_attainment": steady * (1.0 - late_s / planner.interval_s),
-                         "queue_length": queued_at_end, "active": 1.0}}
-
-    # A queue that takes 60% of an interval to drain at the spare capacity, measured as one ends.
-    queue = capacity * slack_s + 0.6 * planner.interval_s * (capacity - rate)
-    fit = DispersionFit(["bert"])
-    for _ in range(2):  # the first two intervals start every tenant
-        fit.record(planner, configuration, served(0.0, 0.0), restarted=())
-    for _ in range(MIN_DISPERSION_SAMPLES):  # an overload leaves a queue; the next interval drains it
-        fit.record(planner, configuration, served(0.0, queue), restarted=())
-        fit.record(planner, configuration, served(queue, 0.0), restarted=())
-    assert fit.dispersion({"bert": 1.0})["bert"] == pytest.approx(1.0, rel=0.15)
-    assert Planner.backlog_late_s(queue, capacity, capacity, slack_s) == math.inf  # no spare capacity: never drains
 
 
 def test_measured_arrival_dispersion():

@@ -664,9 +664,7 @@ class DispersionFit:
     rate, in the MPS placement it ran in, comes closest to the fraction measured (squared
     errors weighted by requests), over its last :data:`HISTORY_INTERVALS` intervals that
     neither it was (re)started in nor the one before (the backlog a restart leaves is the
-    restart's to price). The requests arriving while the queue an interval started with
-    drains (:meth:`~rlsched.solver.planner.Planner.backlog_late_s`) are late at every
-    dispersion; an interval late or on time at every dispersion is left out. Pulled toward the dispersion its request log measured
+    restart's to price); pulled toward the dispersion its request log measured
     (:func:`measured_arrival_dispersion`; Poisson without a log) by
     :data:`DISPERSION_PRIOR_WEIGHT`.
 
@@ -676,11 +674,6 @@ class DispersionFit:
     320-330 req/s, where it served 0.92-1.0; vgg (the Azure trace's times) measured 13-20, which
     predicts 0.97 on time at 75% of a 3g, where it served 0.6-0.85. The planner chased both
     errors with restarts: 0.66x ``migrator-ilp`` (docs/planner-bursts.md, stop 66).
-
-    Why the backlog: on heldout-retrain, bert and vgg answered nothing on time for four
-    intervals after their first restarts while an overload's queue drained at their steady
-    rates. Read as dispersion, those intervals fitted 50-63, at which the planner valued vgg
-    nowhere and starved it at 12% of a 7g for 40 intervals (stop 67).
     """
 
     def __init__(self, names: Collection[str]) -> None:
@@ -689,8 +682,6 @@ class DispersionFit:
         # Per tenant, whether it was (re)started in each of the last two intervals (the first two
         # count as restarted: every tenant starts).
         self.restarted: dict[str, deque[bool]] = {name: deque([True, True], maxlen=2) for name in names}
-        #: Per tenant, its requests queued (waiting or in service) as the last interval ended.
-        self.queued: dict[str, float] = dict.fromkeys(names, 0.0)
 
     def record(self, planner: Planner, configuration: Configuration | None, measured: Mapping[str, Mapping[str, float]],
                restarted: Collection[str]) -> None:
@@ -700,8 +691,6 @@ class DispersionFit:
         for name, samples in self.samples.items():
             self.restarted[name].append(name in restarted)
             m = measured.get(name, {})
-            queued_at_start = self.queued[name]
-            self.queued[name] = float(m.get("queue_length", 0.0))
             if (configuration is None or name not in configuration.placements or any(self.restarted[name])
                     or not m.get("active", 1.0) or not math.isfinite(m.get("slo_attainment", math.nan))):
                 continue
@@ -712,17 +701,8 @@ class DispersionFit:
             tenant = planner.scenario.tenant(name)
             _, profile, share, batch, co_runners = planner.option_key(configuration, name)
             latency = planner.latency_ms(tenant, profile, share, co_runners)
-            batch = min(batch, tenant.max_batch)
-            # Requests are late while the backlog the interval started with drains (a queue an
-            # overload or a restart left is not dispersion), as the planner prices a restart's.
-            capacity_rps = batch * 1000.0 / float(latency[batch - 1])
-            slack_s = max(tenant.slo_ms - float(latency[batch - 1]), 0.0) / 1000.0
-            late_s = Planner.backlog_late_s(queued_at_start, rate_rps, capacity_rps, slack_s)
-            on_time = planner.steady_on_time_table(tenant, np.full(DISPERSION_GRID.size, rate_rps), latency, [batch],
+            on_time = planner.steady_on_time_table(tenant, np.full(DISPERSION_GRID.size, rate_rps), latency, [min(batch, tenant.max_batch)],
                                                    queueing_tail=True, arrival_dispersion=DISPERSION_GRID)[0]
-            on_time = on_time * max(1.0 - late_s / planner.interval_s, 0.0)
-            if np.ptp(on_time) < 1e-3:  # late (or on time) at every dispersion: tells nothing
-                continue
             samples.append((on_time, float(m["slo_attainment"]), rate_rps * planner.interval_s))
 
     def dispersion(self, measured: Mapping[str, float]) -> dict[str, float]:

@@ -732,18 +732,9 @@ class Planner:
             return 0.0
         if rate_rps >= capacity_rps:
             return rate_rps * max(horizon_s - downtime_s, 0.0)
-        late_s = Planner.backlog_late_s(rate_rps * min(downtime_s, queue_timeout_s), rate_rps, capacity_rps, slack_s)
+        backlog = rate_rps * min(downtime_s, queue_timeout_s)
+        late_s = max(backlog - capacity_rps * slack_s, 0.0) / (capacity_rps - rate_rps)
         return rate_rps * min(late_s, max(horizon_s - downtime_s, 0.0))
-
-    @staticmethod
-    def backlog_late_s(backlog: float, rate_rps: float, capacity_rps: float, slack_s: float) -> float:
-        """Seconds during which arriving requests are answered late while ``backlog``
-        requests drain (fluid FIFO served at ``capacity_rps`` while ``rate_rps`` arrive; a
-        request is late when it waits more than ``slack_s``); inf when the rate reaches the
-        capacity."""
-        if rate_rps >= capacity_rps:
-            return math.inf
-        return max(backlog - capacity_rps * slack_s, 0.0) / (capacity_rps - rate_rps)
 
     def drain(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int,
               co_runners: int | None = None) -> Drain | None:
