@@ -261,12 +261,14 @@ class Planner:
 
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
                  restart_backlog: bool = False, payback_margin: bool = False, queueing_tail: bool = False,
-                 co_runner_count: bool = False, priority_fill_columns: bool = False, payback_scope: str = "all") -> None:
+                 co_runner_count: bool = False, priority_fill_columns: bool = False, payback_scope: str = "all",
+                 cross_gpu_moves: bool = False) -> None:
         if payback_scope not in ("all", "priority-fill"):
             raise ValueError(f"payback_scope must be 'all' or 'priority-fill', not {payback_scope!r}")
         self.payback_scope = payback_scope
         self.restart_backlog, self.payback_margin, self.queueing_tail = restart_backlog, payback_margin, queueing_tail
         self.co_runner_count = co_runner_count
+        self.cross_gpu_moves = cross_gpu_moves
         self.priority_fill_columns = priority_fill_columns and scenario.priority_fill_scheduler
         self.scenario = scenario
         self.perf = perf_model
@@ -1194,15 +1196,22 @@ class Planner:
         layouts: list[Layout | None] = [None] * G
         placements: dict[str, TenantPlacement] = {}
         filled: set[tuple[int, int]] = set()
-        value = cost = hurdle = 0.0
-        columns = rows = 0
-        statuses = []
+        solved_groups = []
         for gpus_of, gpus in groups:
             key = tuple(sorted((name, tuple(allowed)) for name, allowed in gpus_of.items()))
             if key not in columns_of:
                 columns_of[key] = self.options(windows, current, accuracy, gpus_of, rate_cv, held)
+            # The search starts from the running configuration (a solve stopped at its time
+            # limit then keeps at least that), or, on a node of several GPUs with nothing
+            # running, from one MILP per GPU over a balanced split of the tenants: the joint
+            # MILP over 4 A100s and 14 tenants stopped at its limit with a configuration worth
+            # -1.33M request-equivalents where a fixed one is worth +79k, and every tenant then
+            # stayed on the GPU it was given (docs/planner-bursts.md, stop 68).
+            start = current
+            if current is None and len(gpus) > 1:
+                start = self._balanced_start(columns_of[key], windows, accuracy, held, rate_cv)
             try:
-                solved = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill)
+                solved = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill, start)
             except SolverError:
                 # The tenants fit only at smaller batches than their best ones (two retraining
                 # jobs of bert need 15.75 GB each at batch 8 and a 24 GB A30 holds one): again,
@@ -1210,7 +1219,14 @@ class Planner:
                 key = (*key, "smaller batches")
                 if key not in columns_of:
                     columns_of[key] = self.options(windows, current, accuracy, gpus_of, rate_cv, held, smaller_batches=True)
-                solved = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill)
+                solved = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill, start)
+            solved_groups.append((gpus_of, gpus, columns_of[key], solved))
+        if self.cross_gpu_moves and current is not None and len(groups) > 1:
+            solved_groups = self._cross_gpu_move(solved_groups, windows, current, accuracy, held, rate_cv, priority_fill)
+        value = cost = hurdle = 0.0
+        columns = rows = 0
+        statuses = []
+        for _, _, _, solved in solved_groups:
             chosen, placed, pf, v, c, h, milp, status = solved
             for g, layout in chosen.items():
                 layouts[g] = layout
@@ -1267,14 +1283,122 @@ class Planner:
                 columns.append((first, PlanOption(name, g, gi, 100.0, o.batch, o.memory_gib, value, cost, hurdle)))
         return columns
 
+    def _cross_gpu_move(self, solved_groups: list[tuple], windows: list[dict[str, float]], current: Configuration,
+                        accuracy: Mapping[str, float], held: Mapping[str, float], rate_cv: Rates | None,
+                        priority_fill: bool) -> list[tuple]:
+        """The per-GPU MILPs' answers (``(gpus_of, gpus, columns, solved)`` per GPU), with the two
+        GPUs whose tenants lose most and least against their best columns planned again as one
+        MILP, in which their tenants may move between them, where that plan is worth more
+        (objective less hurdles). Why: once tenants run, the node decomposes into one MILP per
+        GPU and a tenant never leaves its GPU; on heldout-eight-tenants, one MILP over both GPUs
+        valued the node 20% higher than the two per GPU at 4 of 8 decisions (docs/planner-bursts.md, stop 68)."""
+        def worth(solved: tuple) -> float:
+            return solved[3] - solved[4] - solved[5]
+
+        def lost(group: tuple) -> float:  # what the GPU's tenants give up against their best columns
+            gpus_of, _, columns, solved = group
+            best = {name: max((o.value for o in columns if o.tenant == name), default=0.0) for name in gpus_of}
+            return sum(best.values()) - solved[3]
+
+        losses = [lost(group) for group in solved_groups]
+        a, b = int(np.argmax(losses)), int(np.argmin(losses))
+        if a == b:
+            return solved_groups
+        gpus = tuple(sorted(solved_groups[a][1] + solved_groups[b][1]))
+        gpus_of = {name: gpus for k in (a, b) for name in solved_groups[k][0]}
+        columns = self.options(windows, current, accuracy, gpus_of, rate_cv, held)
+        try:
+            joint = self._solve(columns, windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill, current)
+        except SolverError:
+            return solved_groups
+        if worth(joint) <= worth(solved_groups[a][3]) + worth(solved_groups[b][3]) + 1e-6:
+            return solved_groups
+        return [group for k, group in enumerate(solved_groups) if k not in (a, b)] + [(gpus_of, gpus, columns, joint)]
+
+    def _balanced_start(self, options: Sequence[PlanOption], windows: list[dict[str, float]], accuracy: Mapping[str, float],
+                        held: Mapping[str, float], rate_cv: Rates | None) -> Configuration | None:
+        """A configuration for a node of several GPUs with nothing running: each tenant on one
+        GPU, the busiest first on the least loaded (longest processing time first), then one
+        MILP per GPU. A tenant's load is the largest part of a GPU (its compute slices times
+        the MPS share, or its memory) that its cheapest column worth nearly its best one needs.
+        None where a GPU's tenants cannot be placed (the joint MILP then starts unaided)."""
+        G = self.scenario.gpu_count
+        total_slices = max(self.gpu.compute_slices, 1)
+
+        def load(o: PlanOption) -> float:
+            compute = self.gpu.profiles[o.instance.profile].compute_slices / total_slices if o.instance is not None else 1.0
+            return max(compute * o.mps_pct / 100.0, o.memory_gib / self.gpu.memory_gib)
+
+        demand: dict[str, float] = {}
+        for t in self.scenario.tenants:
+            columns = [o for o in options if o.tenant == t.name and o.gpu == 0]
+            if not columns:
+                return None
+            best = max(o.value - o.reconfiguration for o in columns)
+            demand[t.name] = min(load(o) for o in columns if o.value - o.reconfiguration >= best - 0.01 * abs(best))
+        loads = [0.0] * G
+        gpus_of: dict[str, tuple[int]] = {}
+        for name in sorted(demand, key=lambda n: -demand[n]):
+            g = int(np.argmin(loads))
+            gpus_of[name] = (g,)
+            loads[g] += demand[name]
+        layouts: dict[int, Layout] = {}
+        placements: dict[str, TenantPlacement] = {}
+        filled: set[tuple[int, int]] = set()
+        for g in range(G):
+            mine = {name: gpus for name, gpus in gpus_of.items() if gpus == (g,)}
+            columns = [o for o in options if o.gpu == g and o.tenant in mine]
+            try:
+                chosen, placed, pf, *_ = self._solve(columns, windows, None, accuracy, held, mine, (g,), rate_cv)
+            except SolverError:
+                return None
+            layouts.update(chosen)
+            placements.update(placed)
+            filled |= pf
+        ordered = tuple(layouts[g] for g in range(G))
+        modes = tuple(tuple(SharingMode.PRIORITY_FILL if (g, i) in filled else SharingMode.MPS for i in range(len(layout) if self.gpu.mig_supported else 1))
+                      for g, layout in enumerate(ordered))
+        return Configuration(ordered, modes, {t.name: placements[t.name] for t in self.scenario.tenants})
+
+    def _start_columns(self, start: Configuration, options: Sequence[PlanOption]) -> dict[str, PlanOption] | None:
+        """The columns that run ``start``'s tenants among ``options``' tenants: per tenant the
+        column of its GPU, GI and share that is worth most and admits its co-runners (any
+        batch: a batch change restarts nothing). None where ``start`` runs one of them in
+        priority fill or in a placement no column has."""
+        tenants = {o.tenant for o in options}
+        if not tenants <= set(start.placements):
+            return None
+        if any(start.modes[p.gpu_index][p.instance_index] != SharingMode.MPS for name, p in start.placements.items() if name in tenants):
+            return None
+        members: dict[tuple[int, int], int] = {}
+        for p in start.placements.values():
+            members[(p.gpu_index, p.instance_index)] = members.get((p.gpu_index, p.instance_index), 0) + 1
+        best: dict[str, PlanOption] = {}
+        for o in options:
+            p = start.placements[o.tenant]
+            layout = start.layouts[p.gpu_index]
+            gi = layout.instances[p.instance_index] if len(layout) else None
+            if (o.gpu, o.instance, o.mps_pct) != (p.gpu_index, gi, float(p.mps_pct)):
+                continue
+            if o.co_runners is not None and o.co_runners < members[(p.gpu_index, p.instance_index)] - 1:
+                continue
+            if o.tenant not in best or o.value - o.reconfiguration - o.hurdle > best[o.tenant].value - best[o.tenant].reconfiguration - best[o.tenant].hurdle:
+                best[o.tenant] = o
+        return best if set(best) == tenants else None
+
     def _solve(self, options: Sequence[PlanOption], windows: list[dict[str, float]], current: Configuration | None,
                accuracy: Mapping[str, float], held: Mapping[str, float], gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int],
-               rate_cv: Rates | None = None, priority_fill: bool = False
+               rate_cv: Rates | None = None, priority_fill: bool = False, start: Configuration | None = None
                ) -> tuple[dict[int, Layout], dict[str, TenantPlacement], set[tuple[int, int]], float, float, float, Milp, str]:
         """One MILP over ``gpus`` and the tenants of ``gpus_of`` (allowed GPUs per tenant), with
         their MPS columns ``options`` (:meth:`options`); with ``priority_fill``, also the priority-fill columns (:meth:`_priority_fill_columns`;
         ``held``: :meth:`configuration_values` of ``current``). Returns the layouts, placements,
-        the (GPU, instance index) run in priority fill, value, cost, hurdle, the MILP and its status."""
+        the (GPU, instance index) run in priority fill, value, cost, hurdle, the MILP and its status.
+
+        Where the solve stops at its time limit, ``start`` (its GPUs' part) is returned instead
+        if it is worth more (:meth:`_start_columns`). Not as a MIP start: with presolve on,
+        HiGHS 1.16 handed back the start itself as the solution of a solve it reported optimal
+        at a better objective (train-out-of-phase, docs/planner-bursts.md, stop 68)."""
         milp = Milp()
         x = [milp.add_binary(-(o.value - o.reconfiguration - o.hurdle)) for o in options]
         pf = self._priority_fill_columns(options, windows, current, accuracy, held, rate_cv) if priority_fill and self.gpu.mig_supported else []
@@ -1323,7 +1447,20 @@ class Planner:
                 for name in tenants:
                     milp.add_row([x[j] for j in js], [float(n - (options[j].co_runners or 0)) if options[j].tenant == name else 1.0 for j in js],
                                  upper=float(n))
-        solution = milp.solve(PLANNER_SOLVER_OPTIONS)
+        kept = self._start_columns(start, options) if start is not None else None
+        if kept is not None and any(start.layouts[g] not in layouts[g] for g in gpus):
+            kept = None
+        try:
+            solution = milp.solve(PLANNER_SOLVER_OPTIONS)
+        except SolverError:
+            if kept is None:
+                raise
+            solution = None  # the time limit, before any solution
+        if kept is not None and (solution is None or not solution.optimal) and (
+                solution is None or sum(o.value - o.reconfiguration - o.hurdle for o in kept.values()) > -solution.objective):
+            placements = {name: TenantPlacement(o.gpu, start.placements[name].instance_index, o.mps_pct, o.batch) for name, o in kept.items()}
+            return ({g: start.layouts[g] for g in gpus}, placements, set(), sum(o.value for o in kept.values()),
+                    sum(o.reconfiguration for o in kept.values()), sum(o.hurdle for o in kept.values()), milp, "kTimeLimit")
         if not solution.feasible:
             # HiGHS presolve has declared feasible planner MILPs infeasible (a running
             # configuration with repaired shares, 88.8888% + 11.1111% of a GI: every tenant
