@@ -1240,3 +1240,27 @@ def test_a_node_of_several_gpus_starts_from_a_balanced_split(default_env, planne
     layouts, placements, _, v, c, _, _, status = wide._solve(columns, windows, None, {}, {}, every_gpu, (0, 1, 2, 3), start=start)
     assert status == "kTimeLimit" and v - c == pytest.approx(value - cost)
     assert {name: p.gpu_index for name, p in placements.items()} == {name: p.gpu_index for name, p in start.placements.items()}
+
+
+def test_cross_gpu_moves_let_a_tenant_leave_an_overloaded_gpu(default_env, planner):
+    # Two GPUs, each running the default node's reference configuration for one copy of its
+    # four services. Copy 0 turns busy and copy 1 idle: split per GPU, every tenant stays on
+    # its GPU; with cross-GPU moves, a copy-0 service moves to GPU 1, and the plan is worth more.
+    from rlsched.decision import Configuration, TenantPlacement
+
+    reference = default_env.scenario.reference
+    tenants = [dataclasses.replace(t, name=f"{t.name}-{k}") for k in range(2) for t in default_env.scenario.tenants]
+    scenario = dataclasses.replace(default_env.scenario, gpu_count=2, tenants=tenants, reference=None)
+    current = Configuration((reference.layouts[0],) * 2, (reference.modes[0],) * 2,
+                            {f"{name}-{k}": TenantPlacement(k, p.instance_index, p.mps_pct, p.batch_size)
+                             for k in range(2) for name, p in reference.placements.items()})
+    windows = [{**{f"{name}-0": 2.0 * rate for name, rate in RATES[1].items()}, **{f"{name}-1": 5.0 for name in RATES[1]}}] * 3
+
+    def plan(cross_gpu_moves: bool):
+        return Planner(scenario, planner.perf, lambda name, batch: planner.memory_gib(name.rsplit("-", 1)[0], batch),
+                       cross_gpu_moves=cross_gpu_moves).plan(windows, current)
+
+    split, moved = plan(False), plan(True)
+    assert all(p.gpu_index == current.placements[name].gpu_index for name, p in split.configuration.placements.items())
+    assert any(moved.configuration.placements[f"{name}-0"].gpu_index == 1 for name in RATES[1])
+    assert moved.objective - moved.hurdle > split.objective - split.hurdle

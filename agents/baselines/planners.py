@@ -321,7 +321,7 @@ def queue_planner(env: GpuShareEnv) -> Planner:
     """The planner :class:`MigratorQueue` decides with (also what ``scripts/bench_value_model.py``
     measures as its ``queue`` model)."""
     return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True,
-                   payback_margin=True)
+                   payback_margin=True, cross_gpu_moves=True)
 
 
 class MigratorQueue(MigratorIlp):
@@ -352,6 +352,11 @@ class MigratorQueue(MigratorIlp):
       on ``default`` where the linear loss valued them at -2,057 against +36,261 measured;
     - it plans with a tenant's last measured rate in place of its smoothed one once the rate
       has shifted (:class:`RateShifts`);
+    - on a node of several GPUs, tenants may move between the two GPUs whose tenants lose
+      most and least against their best placements (the planner's ``cross_gpu_moves``):
+      without it a tenant never left the GPU its first configuration gave it, and
+      train-two-gpus earned 0.5x a fixed configuration that gives bert a GPU of its own
+      (docs/planner-bursts.md, stop 68);
     - the idle time a priority-fill instance leaves its fillers is found by replaying its
       first tenant's last request log at the forecast rate (the planner's ``arrival_log``):
       the fluid batcher, busy nearly all the time, had valued the fillers of the best fixed

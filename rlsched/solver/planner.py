@@ -253,6 +253,10 @@ class Planner:
     :param payback_scope: ``"all"`` (default): the payback margin holds every change;
         ``"priority-fill"``: only a tenant that runs in a priority-fill GI must pay back with
         the margin to leave it (``migrator-pf``)
+    :param cross_gpu_moves: on a node of several GPUs with tenants running, plan the two GPUs
+        whose tenants lose most and least against their best columns again as one MILP in
+        which their tenants may move between them (:meth:`_cross_gpu_move`); otherwise each
+        running tenant stays on its GPU (``migrator-queue``)
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
