@@ -1205,12 +1205,11 @@ class Planner:
             key = tuple(sorted((name, tuple(allowed)) for name, allowed in gpus_of.items()))
             if key not in columns_of:
                 columns_of[key] = self.options(windows, current, accuracy, gpus_of, rate_cv, held)
-            # The search starts from the running configuration (a solve stopped at its time
-            # limit then keeps at least that), or, on a node of several GPUs with nothing
-            # running, from one MILP per GPU over a balanced split of the tenants: the joint
-            # MILP over 4 A100s and 14 tenants stopped at its limit with a configuration worth
-            # -1.33M request-equivalents where a fixed one is worth +79k, and every tenant then
-            # stayed on the GPU it was given (docs/planner-bursts.md, stop 68).
+            # What a solve stopped at its time limit falls back to: the running configuration,
+            # or, on a node of several GPUs with nothing running, one MILP per GPU over a
+            # balanced split of the tenants. The joint MILP over 4 A100s and 14 tenants stopped
+            # at its limit with a configuration worth -1.33M request-equivalents where a fixed
+            # one is worth +79k (docs/planner-bursts.md, stop 68).
             start = current
             if current is None and len(gpus) > 1:
                 start = self._balanced_start(columns_of[key], windows, accuracy, held, rate_cv)
@@ -1368,7 +1367,8 @@ class Planner:
         """The columns that run ``start``'s tenants among ``options``' tenants: per tenant the
         column of its GPU, GI and share that is worth most and admits its co-runners (any
         batch: a batch change restarts nothing). None where ``start`` runs one of them in
-        priority fill or in a placement no column has."""
+        priority fill or in a placement no column has, or where those columns' batches do not
+        fit a GI's memory together."""
         tenants = {o.tenant for o in options}
         if not tenants <= set(start.placements):
             return None
@@ -1388,7 +1388,15 @@ class Planner:
                 continue
             if o.tenant not in best or o.value - o.reconfiguration - o.hurdle > best[o.tenant].value - best[o.tenant].reconfiguration - best[o.tenant].hurdle:
                 best[o.tenant] = o
-        return best if set(best) == tenants else None
+        if set(best) != tenants:
+            return None
+        # The best column may be at a larger batch than the running one: the GI must hold them.
+        need: dict[tuple[int, GpuInstance | None], float] = {}
+        for o in best.values():
+            need[(o.gpu, o.instance)] = need.get((o.gpu, o.instance), 0.0) + o.memory_gib
+        if any(memory > self._gi_memory(gi.profile if gi else None) + 1e-9 for (_, gi), memory in need.items()):
+            return None
+        return best
 
     def _solve(self, options: Sequence[PlanOption], windows: list[dict[str, float]], current: Configuration | None,
                accuracy: Mapping[str, float], held: Mapping[str, float], gpus_of: Mapping[str, Sequence[int]], gpus: Sequence[int],
@@ -1460,8 +1468,8 @@ class Planner:
             if kept is None:
                 raise
             solution = None  # the time limit, before any solution
-        if kept is not None and (solution is None or not solution.optimal) and (
-                solution is None or sum(o.value - o.reconfiguration - o.hurdle for o in kept.values()) > -solution.objective):
+        kept_worth = sum(o.value - o.reconfiguration - o.hurdle for o in kept.values()) if kept is not None else -math.inf
+        if solution is None or (not solution.optimal and kept_worth > -solution.objective):  # objective: minus the worth
             placements = {name: TenantPlacement(o.gpu, start.placements[name].instance_index, o.mps_pct, o.batch) for name, o in kept.items()}
             return ({g: start.layouts[g] for g in gpus}, placements, set(), sum(o.value for o in kept.values()),
                     sum(o.reconfiguration for o in kept.values()), sum(o.hurdle for o in kept.values()), milp, "kTimeLimit")
