@@ -1225,7 +1225,7 @@ class Planner:
                 solved = self._solve(columns_of[key], windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill, start)
             solved_groups.append((gpus_of, gpus, columns_of[key], solved))
         if self.cross_gpu_moves and current is not None and len(groups) > 1:
-            solved_groups = self._cross_gpu_move(solved_groups, windows, current, accuracy, held, rate_cv, priority_fill)
+            solved_groups = self._cross_gpu_move(solved_groups, windows, current, accuracy, held, rate_cv, priority_fill, columns_of)
         value = cost = hurdle = 0.0
         columns = rows = 0
         statuses = []
@@ -1238,11 +1238,8 @@ class Planner:
             value, cost, hurdle = value + v, cost + c, hurdle + h
             columns, rows = columns + milp.num_columns, rows + milp.num_rows
             statuses.append(status)
-        chosen_layouts = tuple(layout for layout in layouts if layout is not None)
-        assert len(chosen_layouts) == G
-        modes = tuple(tuple(SharingMode.PRIORITY_FILL if (g, i) in filled else SharingMode.MPS for i in range(len(layout) if self.gpu.mig_supported else 1))
-                      for g, layout in enumerate(chosen_layouts))
-        config = Configuration(chosen_layouts, modes, {t.name: placements[t.name] for t in self.scenario.tenants})
+        assert all(layout is not None for layout in layouts)
+        config = self._configuration(layouts, placements, filled)
         status = next((s_ for s_ in statuses if s_ != "kOptimal"), "kOptimal")
         return config, value, cost, hurdle, columns, rows, status
 
@@ -1286,9 +1283,16 @@ class Planner:
                 columns.append((first, PlanOption(name, g, gi, 100.0, o.batch, o.memory_gib, value, cost, hurdle)))
         return columns
 
+    def _configuration(self, layouts: Sequence[Layout], placements: Mapping[str, TenantPlacement], filled: set[tuple[int, int]]) -> Configuration:
+        """The configuration of per-GPU ``layouts`` (by GPU index), the MILPs' ``placements`` and
+        the (GPU, instance index) they ``filled`` in priority fill (the other GIs run MPS)."""
+        modes = tuple(tuple(SharingMode.PRIORITY_FILL if (g, i) in filled else SharingMode.MPS for i in range(len(layout) if self.gpu.mig_supported else 1))
+                      for g, layout in enumerate(layouts))
+        return Configuration(tuple(layouts), modes, {t.name: placements[t.name] for t in self.scenario.tenants})
+
     def _cross_gpu_move(self, solved_groups: list[tuple], windows: list[dict[str, float]], current: Configuration,
                         accuracy: Mapping[str, float], held: Mapping[str, float], rate_cv: Rates | None,
-                        priority_fill: bool) -> list[tuple]:
+                        priority_fill: bool, columns_of: dict[tuple, list[PlanOption]]) -> list[tuple]:
         """The per-GPU MILPs' answers (``(gpus_of, gpus, columns, solved)`` per GPU), with the two
         GPUs whose tenants lose most and least against their best columns planned again as one
         MILP, in which their tenants may move between them, where that plan is worth more
@@ -1309,7 +1313,10 @@ class Planner:
             return solved_groups
         gpus = tuple(sorted(solved_groups[a][1] + solved_groups[b][1]))
         gpus_of = {name: gpus for k in (a, b) for name in solved_groups[k][0]}
-        columns = self.options(windows, current, accuracy, gpus_of, rate_cv, held)
+        key = tuple(sorted((name, allowed) for name, allowed in gpus_of.items()))
+        if key not in columns_of:
+            columns_of[key] = self.options(windows, current, accuracy, gpus_of, rate_cv, held)
+        columns = columns_of[key]
         try:
             joint = self._solve(columns, windows, current, accuracy, held, gpus_of, gpus, rate_cv, priority_fill, current)
         except SolverError:
@@ -1358,10 +1365,7 @@ class Planner:
             layouts.update(chosen)
             placements.update(placed)
             filled |= pf
-        ordered = tuple(layouts[g] for g in range(G))
-        modes = tuple(tuple(SharingMode.PRIORITY_FILL if (g, i) in filled else SharingMode.MPS for i in range(len(layout) if self.gpu.mig_supported else 1))
-                      for g, layout in enumerate(ordered))
-        return Configuration(ordered, modes, {t.name: placements[t.name] for t in self.scenario.tenants})
+        return self._configuration([layouts[g] for g in range(G)], placements, filled)
 
     def _start_columns(self, start: Configuration, options: Sequence[PlanOption]) -> dict[str, PlanOption] | None:
         """The columns that run ``start``'s tenants among ``options``' tenants: per tenant the
