@@ -756,6 +756,41 @@ def test_a_rate_shift_is_planned_with_once_two_intervals_confirm_it():
     assert plan(5.0, 25.0) == 5.0 and plan(5.0, 25.0) == 5.0  # within the 20 req/s floor: noise
 
 
+def test_measured_rates_start_at_the_first_measured_rate_not_the_declared_mean():
+    """``MeasuredRates``: the declared mean stands in until a tenant is measured; the first
+    measurement replaces it whole; later ones move the rate by the node's EWMA weight."""
+    from rlsched.agents.baselines.planners import MeasuredRates
+    from rlsched.simulator.node import RATE_EWMA_WEIGHT
+
+    rates, declared = MeasuredRates(), {"bert": 388.0, "vgg": 218.0}
+    assert rates.record({}, declared) == declared
+    assert rates.record({"bert": {"arrival_rate_rps": 650.0}}, declared) == {"bert": 650.0, "vgg": 218.0}
+    assert rates.record({"bert": {"arrival_rate_rps": 550.0}, "vgg": {"arrival_rate_rps": 200.0}}, declared) == pytest.approx(
+        {"bert": 650.0 - RATE_EWMA_WEIGHT * 100.0, "vgg": 200.0})
+
+
+def test_migrator_queue_plans_from_measured_rates_and_skips_the_declared_means_forecast_error():
+    """The first interval's plan used the declared means (nothing was measured): the next plan
+    uses the rates measured in it, not the node's EWMA (which starts at the declared mean), and
+    the first plan's error is not taken as a forecast error."""
+    from rlsched.agents.baselines import make_policy
+
+    env = GpuShareEnv("default")
+    env.reset(seed=0)
+    policy = make_policy("migrator-queue-slo")
+    policy.reset(env)
+    env.step_configuration(policy.act(None, env))
+    policy.act(None, env)
+    measured = env.backend.observe()
+    for tenant in env.scenario.inference_tenants():
+        assert policy.smoothed_rps[tenant.name] == measured[tenant.name]["arrival_rate_rps"]
+        assert policy.smoothed_rps[tenant.name] != pytest.approx(measured[tenant.name]["arrival_rate_ewma_rps"])
+    assert all(len(history) == 0 for history in policy.residuals.values())
+    env.step_configuration(policy.act(None, env))
+    policy.act(None, env)
+    assert all(len(history) == 1 for history in policy.residuals.values())
+
+
 def test_the_running_configuration_is_valued_at_no_less_than_the_node_measured_it_serve(default_env, planner):
     """``Planner.measured_values``: a tenant the node served on time at a rate at least the
     forecast's is worth that much, however pessimistic the fluid model is; at a rate within the
