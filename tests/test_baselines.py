@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -163,8 +164,6 @@ def test_static_profiled_chooses_on_the_previous_day_of_the_traces():
 
 
 def test_static_best_rankings_tries_every_grouping_and_beats_one_ranking_where_it_misgroups():
-    import dataclasses
-
     from rlsched.agents.baselines.hindsight import best_fixed_configuration, layout_candidates, ranking_candidates, replay_env
     from rlsched.agents.experts import scenario_of
 
@@ -247,7 +246,7 @@ def test_decision_policies_run_on_every_gpu_type_of_the_catalog(tmp_path, gpu):
 
 
 def test_static_best_also_tries_each_priority_fill_candidate_time_sliced_and_the_rankings_hold_them():
-    from rlsched.agents.baselines.hindsight import StaticBest, StaticBestRankings, layout_candidates
+    from rlsched.agents.baselines.hindsight import StaticBest, StaticBestRankings, layout_candidates, planned_candidates, replay_env
     from rlsched.workloads.scenario import load_scenario, without_priority_fill_scheduler
 
     env = GpuShareEnv(TINY)
@@ -255,9 +254,29 @@ def test_static_best_also_tries_each_priority_fill_candidate_time_sliced_and_the
     usual = layout_candidates(env)
     tried = StaticBest().candidates(env)
     filled = [c for c in usual if c.uses_priority_fill()]
-    assert filled and tried == usual + [c.priority_fill_time_sliced() for c in filled]
+    variants = usual + [c.priority_fill_time_sliced() for c in filled]
+    planned = [c for c in planned_candidates(replay_env(env), env.backend_seed) if c not in variants]
+    assert filled and tried == variants + planned
     assert all(c in StaticBestRankings().candidates(env) for c in tried)
     # Where priority fill already runs time-sliced, the variants would repeat it.
     node = GpuShareEnv(without_priority_fill_scheduler(load_scenario(TINY)))
     node.reset(seed=0)
-    assert StaticBest().candidates(node) == layout_candidates(node)
+    assert StaticBest().candidates(node)[:len(layout_candidates(node))] == layout_candidates(node)
+
+
+def test_static_best_tries_the_planners_configurations_for_the_true_rates_with_a_layout_per_gpu():
+    """On a node of two GPUs where one service needs a whole GPU, a planned candidate gives the
+    GPUs different layouts, which no layout candidate does, and ``static-best`` holds one
+    that earns more than every layout candidate."""
+    from rlsched.agents.baselines.hindsight import best_fixed_configuration, layout_candidates, planned_candidates, replay_env
+    from rlsched.workloads.scenario import load_scenario
+
+    scenario = load_scenario("configs/scenarios/suite/train-two-gpus.yaml")
+    env = GpuShareEnv(dataclasses.replace(scenario, duration_s=20 * scenario.decision_interval_s))
+    env.reset(seed=0)
+    planned = planned_candidates(replay_env(env), env.backend_seed)
+    assert any(c.layouts[0] != c.layouts[1] for c in planned)
+    assert all(c.layouts[0] == c.layouts[1] for c in layout_candidates(env))
+    fixed_layouts, _ = best_fixed_configuration([(replay_env(env), env.backend_seed)], layout_candidates(env))
+    with_planned, held = best_fixed_configuration([(replay_env(env), env.backend_seed)], layout_candidates(env) + planned)
+    assert with_planned > fixed_layouts and held.layouts[0] != held.layouts[1]

@@ -32,6 +32,9 @@ STATIC_POLICIES = ("static-equal", "fikit", "igniter", "paris-elsa")
 #: long-run means; the others follow in that order): 4! = 24 rankings, each with one
 #: candidate per maximal layout (5! = 120 would take an eight-tenant node hours).
 MAX_RANKED_TENANTS = 4
+#: Quantiles of each tenant's true per-interval rates over the episode at which ``static-best``
+#: and ``hindsight`` also plan a fixed configuration (:func:`planned_candidates`).
+PLANNED_RATE_QUANTILES = (0.5, 0.75, 0.9)
 #: ``hindsight`` also seeds with, and holds in its blocks, this many of the other groupings of
 #: the tenants (:func:`ranking_candidates` beyond :func:`layout_candidates`): those that earn
 #: most over the episode held fixed. Which tenants share a GPU is the largest decision on a
@@ -142,6 +145,29 @@ def _layout_candidates(env: GpuShareEnv, order: tuple[str, ...]) -> list[Configu
     return candidates
 
 
+def planned_candidates(private: GpuShareEnv, backend_seed: int | None) -> list[Configuration]:
+    """The planner's configuration, with nothing running, for each tenant's rate at each of
+    :data:`PLANNED_RATE_QUANTILES` of its true per-interval rates over the replayed episode
+    (read without drawing: :meth:`~rlsched.simulator.node.NodeSimulator.upcoming_rates_rps`).
+
+    Why: :func:`layout_candidates` puts one layout on every GPU and deals the tenants out by
+    load. On a node of several GPUs the best fixed configuration may give one GPU to one
+    tenant and share the other: on train-two-gpus, bert alone in a 7g on one A100 and the
+    rest on the other, held fixed, earned 1.72x ``static-best`` (docs/planner-bursts.md,
+    stop 68). The planner's MILP chooses a layout per GPU and the grouping with it.
+    """
+    private.reset(seed=0, options={"backend_seed": backend_seed})
+    scenario = private.scenario
+    steps = max(1, round(scenario.duration_s / scenario.decision_interval_s))
+    rates = private.backend.simulator.upcoming_rates_rps(steps)  # type: ignore[attr-defined]
+    planner = Planner(scenario, private.backend.perf_model, private.backend.memory_gib, queueing_tail=True, co_runner_count=True)
+    candidates = []
+    for quantile in PLANNED_RATE_QUANTILES:
+        window = {name: float(np.quantile([r[name] for r in rates], quantile)) for name in rates[0]}
+        candidates.append(planner.plan([window] * TRUE_RATE_LOOKAHEAD).configuration)
+    return _unique(candidates)
+
+
 def ranking_candidates(env: GpuShareEnv) -> list[Configuration]:
     """:func:`layout_candidates` for every ranking of the :data:`MAX_RANKED_TENANTS` busiest
     tenants (the rest in their order), distinct, the usual ranking's first: which tenants
@@ -205,8 +231,10 @@ class StaticBest(Policy):
 
     Tries, on the replayed episode, one configuration per maximal MIG layout (MPS,
     priority-fill and time-sliced variants, busiest tenants in the largest GIs, batches that
-    fit half the SLO) and the fixed decisions of the static baselines (static-equal, fikit, igniter,
-    paris-elsa), and keeps the one with the highest episode Goodput.
+    fit half the SLO), the planner's configuration for the episode's true rates at three
+    percentiles (a layout per GPU: :func:`planned_candidates`) and the fixed decisions of the
+    static baselines (static-equal, fikit, igniter, paris-elsa), and keeps the one with the
+    highest episode Goodput.
 
     The "best static partition" comparison point of MISO (SoCC 2022) and MIGRator (arXiv
     2407.13126); no single paper's algorithm. Departs from an exhaustive search: the
@@ -220,15 +248,17 @@ class StaticBest(Policy):
         self.objective_in_hindsight, self.configuration = best_fixed_configuration([(replay_env(env), env.backend_seed)], self.candidates(env))
 
     def candidates(self, env: GpuShareEnv) -> list[Configuration] | None:
-        """The fixed configurations tried besides the static baselines': :func:`layout_candidates`
-        and, where the node has a priority-fill scheduler, each priority-fill one time-sliced
-        as well. Time slicing needs no scheduler, and a whole GPU time-sliced can beat every
-        MPS and priority-fill layout (heldout-eight-tenants, ``docs/planner-bursts.md``, stop
-        50); without a scheduler the priority-fill candidates already run time-sliced."""
+        """The fixed configurations tried besides the static baselines' on ``env``'s episode:
+        :func:`layout_candidates`; where the node has a priority-fill scheduler, each
+        priority-fill one time-sliced as well (time slicing needs no scheduler, and a whole GPU
+        time-sliced can beat every MPS and priority-fill layout: heldout-eight-tenants,
+        ``docs/planner-bursts.md``, stop 50; without a scheduler the priority-fill candidates
+        already run time-sliced); and the planner's configurations for the episode's true rates
+        (:func:`planned_candidates`)."""
         candidates = layout_candidates(env)
-        if not env.scenario.priority_fill_scheduler:
-            return candidates
-        return _unique(candidates + [c.priority_fill_time_sliced() for c in candidates if c.uses_priority_fill()])
+        if env.scenario.priority_fill_scheduler:
+            candidates = _unique(candidates + [c.priority_fill_time_sliced() for c in candidates if c.uses_priority_fill()])
+        return _unique(candidates + planned_candidates(replay_env(env), env.backend_seed))
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         return self.configuration
@@ -437,7 +467,7 @@ class Hindsight(Policy):
     def reset(self, env: GpuShareEnv) -> None:
         private = replay_env(env)
         private.reset(seed=0, options={"backend_seed": env.backend_seed})
-        candidates = _unique([private.repaired_configuration(c) for c in layout_candidates(private)])
+        candidates = _unique([private.repaired_configuration(c) for c in layout_candidates(private) + planned_candidates(private, env.backend_seed)])
         seeds = dict(self.seed_trajectories)
         for plan in [*(_make(name) for name in STATIC_POLICIES), TrueRatePlanner()]:
             if plan.name not in seeds:
