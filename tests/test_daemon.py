@@ -160,9 +160,10 @@ def test_the_fallback_planner_observes_every_cycle_the_policy_decides(tmp_path, 
         assert daemon.run() == 0
     assert observed == [0, 1, 2, 3, 4]
     assert [r.fields["reason"] for r in caplog.records if r.getMessage() == "fallback"] == ["policy-error"]
-    # it takes over knowing the errors of its forecasts of intervals 1-4 (interval 0 had no
-    # measured rate to forecast from); without observing it would know none
-    assert errors_known == [4]
+    # it takes over knowing the errors of its forecasts of intervals 2-4 (the forecast of
+    # interval 1 was the declared mean: nothing had been measured); without observing it
+    # would know none
+    assert errors_known == [3]
 
 
 def test_observations_outside_the_training_range_fall_back(tmp_path, caplog):
