@@ -434,7 +434,8 @@ class Hindsight(Policy):
 
     1. Seeds: the trajectories of the other policies evaluated on the same episode
        (:attr:`seed_trajectories`, set by ``rlsched eval``), plus its own portfolio: one
-       fixed configuration per maximal layout (static-best's candidates), the
+       fixed configuration per maximal layout and the planner's for the episode's rate
+       percentiles (static-best's candidates: :func:`planned_candidates`), the
        :data:`RANKED_SEEDS` other groupings of the tenants that earn most held fixed (so it
        is >= ``static-best-rankings`` too), the static baselines, and the planner fed the
        true rates of the coming windows.

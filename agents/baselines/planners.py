@@ -352,7 +352,8 @@ class MigratorQueue(MigratorIlp):
       (:func:`priority_fill_candidates`), which the tail values to within 0.1% at 2,000 req/s
       on ``default`` where the linear loss valued them at -2,057 against +36,261 measured;
     - it plans with a tenant's last measured rate in place of its smoothed one once the rate
-      has shifted (:class:`RateShifts`);
+      has shifted (:class:`RateShifts`), and smooths the measured rates itself, from the first
+      measurement rather than the scenario's declared mean (:class:`MeasuredRates`);
     - on a node of several GPUs, tenants may move between the two GPUs whose tenants lose
       most and least against their best placements (the planner's ``cross_gpu_moves``):
       without it a tenant never left the GPU its first configuration gave it, and
