@@ -12,8 +12,9 @@ Prints one row per shape: its GPU, GPU count and tenants, ``--reference``'s Good
 default ``static-best``, the best fixed configuration in hindsight) and each policy's ratio to
 it (a difference over the reference's magnitude where the reference earns below zero: an
 overloaded node), its high-priority SLO attainment and its decision time p99. Then, per policy,
-the geometric mean of its ratios over the shapes whose reference earns above zero, the worst
-ratio, and the policies that failed, with their error::
+the geometric mean of its ratios over the shapes where the reference and the policy both earn
+above zero, how many of its ratios are at or below zero, the worst ratio, and the policies that
+failed, with their error::
 
     python scripts/bench_shapes.py --shapes 16 --seed 1 --duration-s 300 --policies migrator-queue-slo,migrator-ilp --out runs/bench-shapes
 
@@ -129,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for name in policies:
         values = ratios[name]
+        # A ratio at or below 0 (the policy lost Goodput where the reference earned) has no
+        # logarithm: counted apart, not folded into the geometric mean as NaN.
+        positive = [v for v in values if v > 0.0]
         if values:
-            logs = np.log(values)
-            print(f"{name}: geomean x {args.reference} {math.exp(logs.mean()):.3f} over {len(values)} shapes whose reference earns above zero; worst {min(values):.3f}")
+            geomean = f"{math.exp(np.log(positive).mean()):.3f}" if positive else "none"
+            print(f"{name}: geomean x {args.reference} {geomean} over {len(positive)} shapes whose reference earns above zero "
+                  f"and the policy too; {len(values) - len(positive)} at or below 0; worst {min(values):.3f}")
     for failure in failures:
         print(f"FAILED {failure}")
     return 1 if failures else 0

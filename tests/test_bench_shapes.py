@@ -44,3 +44,20 @@ def test_a_failing_policy_is_reported_and_the_exit_status_says_so(bench, tmp_pat
     assert "FAILED shape-0.yaml no-such-policy" in out
     assert (tmp_path / "shape-0.yaml").is_file()
     assert bench.relative(-50.0, -100.0) == pytest.approx(1.5) and bench.relative(50.0, 100.0) == pytest.approx(0.5)
+
+
+def test_a_policy_losing_goodput_is_counted_apart_from_the_geometric_mean(bench, tmp_path, capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    goodput = {"static-equal": 100.0, "static-best": -20.0, "migrator-ilp": 50.0}
+
+    def episode(env, name, seed):
+        return SimpleNamespace(goodput=goodput[name], on_time_high=0, decided_high=0, decision_ms=[1.0])
+
+    monkeypatch.setattr(bench, "run_episode", episode)
+    args = ["--shapes", "2", "--max-gpus", "1", "--duration-s", "20", "--reference", "static-equal",
+            "--policies", "static-best,migrator-ilp", "--out", str(tmp_path)]
+    assert bench.main(args) == 0
+    out = capsys.readouterr().out
+    assert "static-best: geomean x static-equal none over 0 shapes" in out and "2 at or below 0; worst -0.200" in out
+    assert "migrator-ilp: geomean x static-equal 0.500 over 2 shapes" in out and "0 at or below 0; worst 0.500" in out
