@@ -163,6 +163,33 @@ def test_static_profiled_chooses_on_the_previous_day_of_the_traces():
     assert goodput["static-profiled"] <= goodput["static-best"]  # it chose without seeing this episode
 
 
+def test_static_profiled_plans_its_candidates_for_the_profiled_day_not_the_episode(monkeypatch):
+    from rlsched.agents.baselines import hindsight
+    from rlsched.agents.baselines.hindsight import PROFILING_TRACE_S, StaticProfiled, profiling_scenarios
+    from rlsched.workloads.scenario import load_scenario
+
+    planned_for = []
+    real = hindsight.planned_candidates
+
+    def spy(private, backend_seed):
+        planned_for.append((private.scenario, backend_seed))
+        return real(private, backend_seed)
+
+    monkeypatch.setattr(hindsight, "planned_candidates", spy)
+    half_day = load_scenario(Path(__file__).parents[1] / "configs" / "scenarios" / "suite" / "train-out-of-phase.yaml")
+    env = GpuShareEnv(dataclasses.replace(half_day, duration_s=100.0))
+    env.reset(seed=0, options={"backend_seed": 3})
+    policy = StaticProfiled()
+    policy.reset(env)
+    profiles = profiling_scenarios(env.scenario)
+    assert [seed for _, seed in planned_for] == [3 + hindsight.PROFILING_SEED_OFFSET + k for k in range(len(profiles))]
+    traced = env.scenario.tenants[0]
+    offsets = [scenario.tenants[0].arrivals.offset_s for scenario, _ in planned_for]
+    assert offsets == [p.tenants[0].arrivals.offset_s for p in profiles]
+    assert traced.arrivals.offset_s not in offsets and offsets[0] == (traced.arrivals.offset_s - PROFILING_TRACE_S) % traced.arrivals.period_s
+    assert policy.configuration is not None
+
+
 def test_static_best_rankings_tries_every_grouping_and_beats_one_ranking_where_it_misgroups():
     from rlsched.agents.baselines.hindsight import best_fixed_configuration, layout_candidates, ranking_candidates, replay_env
     from rlsched.agents.experts import scenario_of
