@@ -382,7 +382,9 @@ class StaticProfiled(Policy):
     :data:`PROFILING_SEED_OFFSET` + k), so, unlike static-best, it never sees the evaluated
     episode: its planned candidates (:func:`planned_candidates`) are planned for each profiled
     episode's rate percentiles. Those raised it from 0.543x to 0.746x the stop-69 ``static-best``
-    on the held-out suite (docs/planner-bursts.md, stop 70). No paper's algorithm: the static deployment MISO and MIGRator compare against;
+    on the held-out suite and lowered it from 0.805x to 0.706x on the training suite
+    (train-retrain: what won on the profiled day lost on the episode; docs/planner-bursts.md,
+    stop 70). No paper's algorithm: the static deployment MISO and MIGRator compare against;
     departs from them in choosing among rlsched's heuristic candidates (see static-best)
     rather than an exhaustive search.
     """
