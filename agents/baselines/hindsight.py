@@ -377,7 +377,8 @@ class StaticProfiled(Policy):
     """The best fixed configuration chosen on the previous day's traffic, then held: what an
     operator does (profile past traffic, fix the partition).
 
-    The same candidates as ``static-best``, scored over :func:`profiling_scenarios` (the day of
+    ``static-best``'s layout and planned candidates (not its time-sliced variants of the
+    priority-fill ones), scored over :func:`profiling_scenarios` (the day of
     trace time before the evaluated episode) with other random arrivals (backend seed +
     :data:`PROFILING_SEED_OFFSET` + k), so, unlike static-best, it never sees the evaluated
     episode: its planned candidates (:func:`planned_candidates`) are planned for each profiled
@@ -396,7 +397,7 @@ class StaticProfiled(Policy):
         for k, scenario in enumerate(profiling_scenarios(env.scenario)):
             profile = GpuShareEnv(scenario, backend="sim", perf_model=env.backend.perf_model, repair_weights=env.repair_weights)
             episodes.append((profile, None if env.backend_seed is None else env.backend_seed + PROFILING_SEED_OFFSET + k))
-        # static-best's candidates, the planned ones read from the profiled day's rates.
+        # static-best's layout and planned candidates, the planned ones read from the profiled day's rates.
         candidates = layout_candidates(episodes[0][0])
         for profile, seed in episodes:
             candidates += planned_candidates(replay_env(profile), seed)
