@@ -20,10 +20,13 @@ then charges the tenant (the downtime model itself is not what is measured). The
   linear overload loss, each tenant's arrival dispersion as its request log measures it
   (:func:`~rlsched.agents.baselines.planners.measured_arrival_dispersion`), and an MPS share
   valued against as many co-runners as its GI holds; a restart priced as its planner prices it;
-- ``queue-fitted``: ``migrator-queue``'s valuation now: ``queue`` with the dispersion fitted
-  to the on-time fractions measured so far (:class:`~rlsched.agents.baselines.planners.DispersionFit`)
+- ``queue-fitted``: ``migrator-queue``'s valuation before stop 71: ``queue`` with the dispersion
+  fitted to the on-time fractions measured so far (:class:`~rlsched.agents.baselines.planners.DispersionFit`)
   and the spread capped at the highest rate measured over its window where the rate is not
-  rising (:func:`~rlsched.agents.baselines.planners.rate_ceilings`).
+  rising (:func:`~rlsched.agents.baselines.planners.rate_ceilings`);
+- ``queue-drained``: ``migrator-queue``'s valuation now: ``queue-fitted`` with each tenant's
+  queue valued by how long the option takes to drain it
+  (:meth:`~rlsched.solver.planner.Planner.backlog_late_requests`), not spread over the interval.
 
 Prints, per model, the relative mean absolute error (sum |predicted - simulated| / sum
 |simulated| over tenant-intervals), the bias (sum (predicted - simulated) / sum
@@ -53,7 +56,7 @@ from rlsched.workloads.scenario import load_scenario, with_trace_overrides
 
 
 def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float | None, switch_every: int) -> dict[str, dict[str, float]]:
-    """Per model (``steady``, ``burst-aware``, ``queue``, ``queue-fitted``): relative MAE and
+    """Per model (``steady``, ``burst-aware``, ``queue``, ``queue-fitted``, ``queue-drained``): relative MAE and
     bias, all intervals and restart intervals."""
     scenario = with_trace_overrides(load_scenario(scenario_name), traces)
     if duration_s is not None:
@@ -62,6 +65,7 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
     env.reset(seed=seed)
     planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, restart_backlog=True)
     queue, fitted = queue_planner(env), queue_planner(env)
+    queue.backlog_drain = False
     names = [t.name for t in scenario.inference_tenants()]
     fit = DispersionFit(names)
     measured_rps: dict[str, deque[float]] = {name: deque(maxlen=HISTORY_INTERVALS) for name in names}
@@ -80,7 +84,10 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
         steady = planner.configuration_values(configuration, window, accuracy)
         bursty = planner.configuration_values(configuration, window, accuracy, spread)
         queued = queue.configuration_values(configuration, window, accuracy, spread)
+        fitted.backlog_drain = False
         queued_fitted = fitted.configuration_values(configuration, window, accuracy, spread)
+        fitted.backlog_drain, fitted.queued_requests = True, backlog
+        queued_drained = fitted.configuration_values(configuration, fitted.forecast(rates), accuracy, spread)
         _, _, _, truncated, _ = env.step_configuration(configuration)
         measured = env.backend.observe()
         record_residuals(residuals, rates, measured)
@@ -107,12 +114,13 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
                     ("steady", steady[t.name], planner, None),
                     ("burst-aware", bursty[t.name], planner, planner.drain(t, profile, float(p.mps_pct), p.batch_size)),
                     ("queue", queued[t.name], queue, queue.drain(t, profile, float(p.mps_pct), p.batch_size)),
-                    ("queue-fitted", queued_fitted[t.name], fitted, fitted.drain(t, profile, float(p.mps_pct), p.batch_size))):
+                    ("queue-fitted", queued_fitted[t.name], fitted, fitted.drain(t, profile, float(p.mps_pct), p.batch_size)),
+                    ("queue-drained", queued_drained[t.name], fitted, fitted.drain(t, profile, float(p.mps_pct), p.batch_size))):
                 loss = pricing.restart_loss(t, down, value, window, drain) if down > 0 else 0.0
                 rows.append((model, value - loss, simulated, down > 0))
         step += 1
     out: dict[str, dict[str, float]] = {}
-    for model in ("steady", "burst-aware", "queue", "queue-fitted"):
+    for model in ("steady", "burst-aware", "queue", "queue-fitted", "queue-drained"):
         pred = np.array([r[1] for r in rows if r[0] == model])
         sim = np.array([r[2] for r in rows if r[0] == model])
         restart = np.array([r[3] for r in rows if r[0] == model])

@@ -199,6 +199,40 @@ def test_a_bursty_history_predicts_fewer_requests_on_time_than_a_smooth_one_of_t
     assert value["bursty"] < value["smooth"]
 
 
+def test_a_queue_is_valued_by_how_long_each_option_takes_to_drain_it(default_env):
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True, backlog_drain=True)
+    resnet = default_env.scenario.tenant("resnet")
+    windows = [{"resnet": 460.0}] * 6
+    drain = Planner(planner.scenario, planner.perf, planner.memory_gib, restart_backlog=True).drain(resnet, "3g.20gb", 100.0, 32)
+    capacity, slack = drain[0], drain[1]
+    assert capacity > 460.0
+    # With the switch, the queue is no extra arrival rate in the first window.
+    assert planner.forecast(windows, {"resnet": 4096.0}) == windows
+    assert Planner(planner.scenario, planner.perf, planner.memory_gib).forecast(windows, {"resnet": 4096.0})[0]["resnet"] > 460.0
+
+    def value(queued: float, profile: str = "3g.20gb") -> float:
+        planner.queued_requests = {"resnet": queued}
+        return planner.option_value(resnet, profile, 100.0, windows, {}, 32)[0]
+
+    empty = value(0.0)
+    # A batch in service and what the slack covers are no backlog: they change nothing.
+    assert value(32 + capacity * slack * 0.9) == pytest.approx(empty)
+    # A full queue: every arrival waits behind it until it has drained at the spare capacity
+    # (fluid FIFO); each such arrival loses its value and pays the penalty.
+    late = planner.backlog_late_requests(resnet, 4096.0, 460.0, planner.latency_ms(resnet, "3g.20gb", 100.0), [32], 60.0)[0]
+    assert late == pytest.approx(460.0 * min((4096.0 - 32 - capacity * slack) / (capacity - 460.0), 60.0))
+    per_request = goodput_terms(planner.weights, resnet.priority.value, on_time=1.0, accuracy=resnet.accuracy).total \
+        - goodput_terms(planner.weights, resnet.priority.value, violated=1.0).total
+    assert empty - value(4096.0) == pytest.approx(late * per_request, rel=1e-6)
+    # An option that never drains it answers no arrival on time, whatever the on-time table says.
+    never = planner.backlog_late_requests(resnet, 4096.0, 460.0, planner.latency_ms(resnet, "1g.5gb", 100.0), [32], 60.0)[0]
+    assert never == pytest.approx(460.0 * 60.0)
+    assert value(4096.0, "1g.5gb") == pytest.approx(goodput_terms(planner.weights, resnet.priority.value, violated=460.0 * 60.0).total + SHARE_TIE_BREAK * 100.0)
+    # A server that rejects what waited longer than 50 ms drains only the last 50 ms of arrivals.
+    rejecting = dataclasses.replace(resnet, queue_timeout_ms=50.0)
+    assert planner.backlog_late_requests(rejecting, 4096.0, 460.0, planner.latency_ms(resnet, "3g.20gb", 100.0), [32], 60.0)[0] == 0.0
+
+
 def test_the_backlog_a_restart_leaves_lowers_the_predicted_value(default_env, burst_planner):
     planner = burst_planner
     resnet = default_env.scenario.tenant("resnet")
@@ -721,19 +755,25 @@ def test_the_payback_margin_is_the_value_error_the_node_measures():
     measured.skip(env)
     assert measured.record(env) is None and not measured.samples
 
-    # Closed loop: the steady scenario keeps the floor; on heldout-bursty-high the node
-    # out-earns what the planner predicts for its running layout, and the margin rises.
+    # Closed loop: the steady scenario keeps the floor. On heldout-bursty-high bert's queue
+    # stays full; valued by its drain, every arrival is predicted late, as the node answers
+    # them, and the margin keeps the floor too. Spread over the first window as extra
+    # arrivals (backlog_drain off), the same queue was predicted served partly on time and
+    # counted again every interval: the node "out-earned" that, and the margin rose.
     margins = {}
-    for name in ("steady", "configs/scenarios/suite/heldout-bursty-high.yaml"):
+    for name, drain in (("steady", True), ("configs/scenarios/suite/heldout-bursty-high.yaml", True),
+                        ("configs/scenarios/suite/heldout-bursty-high.yaml", False)):
         env = GpuShareEnv(name)
         env.reset(seed=0)
         policy = MigratorQueue()
         policy.reset(env)
+        policy.planner.backlog_drain = drain
         for _ in range(50):
             env.step_configuration(policy.act(None, env))
-        margins[name] = policy.planner.value_model_error
-    assert margins["steady"] == VALUE_MODEL_ERROR
-    assert margins["configs/scenarios/suite/heldout-bursty-high.yaml"] > VALUE_MODEL_ERROR + 0.1
+        margins[name, drain] = policy.planner.value_model_error
+    assert margins["steady", True] == VALUE_MODEL_ERROR
+    assert margins["configs/scenarios/suite/heldout-bursty-high.yaml", True] < VALUE_MODEL_ERROR + 0.02
+    assert margins["configs/scenarios/suite/heldout-bursty-high.yaml", False] > VALUE_MODEL_ERROR + 0.1
 
 
 def test_a_rate_shift_is_planned_with_once_two_intervals_confirm_it():

@@ -257,6 +257,10 @@ class Planner:
         whose tenants lose most and least against their best columns again as one MILP in
         which their tenants may move between them (:meth:`_cross_gpu_move`); otherwise each
         running tenant stays on its GPU (``migrator-queue``)
+    :param backlog_drain: value the requests an inference tenant has queued
+        (:attr:`queued_requests`) by how long each option takes to drain them
+        (:meth:`backlog_late_requests`), not spread over the first window as extra arrivals
+        (:meth:`forecast`) (``migrator-queue``)
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
@@ -266,13 +270,14 @@ class Planner:
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
                  restart_backlog: bool = False, payback_margin: bool = False, queueing_tail: bool = False,
                  co_runner_count: bool = False, priority_fill_columns: bool = False, payback_scope: str = "all",
-                 cross_gpu_moves: bool = False) -> None:
+                 cross_gpu_moves: bool = False, backlog_drain: bool = False) -> None:
         if payback_scope not in ("all", "priority-fill"):
             raise ValueError(f"payback_scope must be 'all' or 'priority-fill', not {payback_scope!r}")
         self.payback_scope = payback_scope
         self.restart_backlog, self.payback_margin, self.queueing_tail = restart_backlog, payback_margin, queueing_tail
         self.co_runner_count = co_runner_count
         self.cross_gpu_moves = cross_gpu_moves
+        self.backlog_drain = backlog_drain
         self.priority_fill_columns = priority_fill_columns and scenario.priority_fill_scheduler
         self.scenario = scenario
         self.perf = perf_model
@@ -305,6 +310,9 @@ class Planner:
         # Per guarded tenant: the log its replays were of, and their on-time fractions by
         # (GI profile, share, co-runners, batch, rate): one decision asks for the same ones often.
         self._replayed: dict[str, tuple[np.ndarray, dict[tuple, float]]] = {}
+        #: Per inference tenant, the requests waiting or in service at the decision (set by the
+        #: policy each interval; :meth:`backlog_late_requests`, with ``backlog_drain``).
+        self.queued_requests: dict[str, float] = {}
         #: The value model's relative error as the policy measured it on this node, for the
         #: payback margin (:meth:`payback_hurdle`; None: :data:`VALUE_MODEL_ERROR`).
         self.value_model_error: float | None = None
@@ -502,6 +510,7 @@ class Planner:
         over all their windows (its columns are independent: the same numbers as one call each)."""
         window_rates = [np.array([r[tenant.name] for r in rates], dtype=float) for rates in forecasts]
         table = self.on_time_table(tenant, np.concatenate(window_rates), latency, levels, rate_cv)
+        queued = self.queued_requests.get(tenant.name, 0.0) if self.backlog_drain else 0.0
         results, start = [], 0
         for rates_rps in window_rates:
             requests = rates_rps * self.interval_s
@@ -509,6 +518,9 @@ class Planner:
             # The terms are linear in the request counts: one product per level values every window.
             on_time = np.ascontiguousarray(table[:, start:start + len(rates_rps)]) @ requests
             start += len(rates_rps)
+            if queued > 0.0 and len(rates_rps):
+                late = self.backlog_late_requests(tenant, queued, float(rates_rps[0]), latency, levels, self.interval_s * len(rates_rps))
+                on_time = np.maximum(on_time - late, 0.0)
             best: tuple[float, float, int] | None = None
             for b, on in zip(levels, on_time.tolist(), strict=True):
                 value = goodput_terms(self.weights, tenant.priority.value, on, accuracy, violated=total_requests - on).total
@@ -518,6 +530,41 @@ class Planner:
             assert best is not None
             results.append((best[0], best[2]))
         return results
+
+    @staticmethod
+    @staticmethod
+    def backlog_late_requests(tenant: InferenceTenant, queued: float, rate_rps: float, latency_ms: np.ndarray, levels: Sequence[int],
+                              horizon_s: float) -> np.ndarray:
+        """Per largest batch of ``levels`` (``latency_ms[b - 1]``: a batch of b, ms), the
+        arrivals at ``rate_rps`` answered late within ``horizon_s`` because ``queued``
+        requests drain ahead of them, FIFO, at that batch's capacity.
+
+        Fluid, as :meth:`late_after_restart`: the head of the queue is taken to be fresh, so
+        a batch in service and the next capacity x slack requests are on time; an arrival is
+        late until the queue ahead of it falls to that. Where the capacity does not exceed the rate, the queue
+        never drains and every arrival is late (the on-time table, which sees no queue, may
+        count an overloaded batcher's throughput on time). A server with a queue timeout
+        rejects what waits longer: no more than the last timeout's worth of arrivals drains.
+        The queued requests themselves are not counted: they are late, or rejected, wherever
+        the tenant runs, so their penalty is no option's doing.
+
+        Why: a tenant starved for a while holds a full queue (4,096 requests). Spread over the
+        first window as extra arrivals, that queue was valued as served partly on time there
+        and wholly on time after, where the node answers nothing on time until it has drained:
+        heldout-deploy's bert was moved into a larger GI, valued +2,400 an interval, and
+        earned -2,600 to -3,300 in each of the next five (docs/planner-bursts.md, stop 71).
+        """
+        levels_arr = np.asarray(levels)
+        lat = latency_ms[levels_arr - 1]
+        capacity = levels_arr * 1000.0 / lat
+        slack = np.maximum(tenant.slo_ms - lat, 0.0) / 1000.0
+        backlog = min(queued, rate_rps * tenant.queue_timeout_s) if math.isfinite(tenant.queue_timeout_s) else queued
+        # The queue measured holds the batch in service: no backlog, but the batcher at work.
+        excess = np.maximum(backlog - levels_arr - capacity * slack, 0.0)
+        spare = capacity - rate_rps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            drain_s = np.where(spare > 0.0, excess / spare, np.where(excess > 0.0, np.inf, 0.0))
+        return rate_rps * np.minimum(drain_s, horizon_s)
 
     def _work_rate(self, tenant: Tenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None = None,
                    colocated: tuple[CoRunner, ...] | None = None) -> float:
@@ -1126,9 +1173,11 @@ class Planner:
     # ------------------------------------------------------------------ the MILP
     def forecast(self, rates: Rates | Sequence[Rates], backlog: Mapping[str, float] | None = None) -> list[dict[str, float]]:
         """Per lookahead window, the rate each inference tenant must be served at: the
-        arrival rate, plus, in the first window, its queued requests spread over it."""
+        arrival rate, plus, in the first window, its queued requests spread over it (with
+        ``backlog_drain``, the arrival rate only: the queue is valued by its drain,
+        :attr:`queued_requests`)."""
         windows = [dict(rates)] if isinstance(rates, Mapping) else [dict(r) for r in rates]
-        for name, queued in (backlog or {}).items():
+        for name, queued in ({} if self.backlog_drain else backlog or {}).items():
             if name in windows[0]:
                 windows[0][name] += queued / self.interval_s
         return windows
