@@ -20,13 +20,14 @@ then charges the tenant (the downtime model itself is not what is measured). The
   linear overload loss, each tenant's arrival dispersion as its request log measures it
   (:func:`~rlsched.agents.baselines.planners.measured_arrival_dispersion`), and an MPS share
   valued against as many co-runners as its GI holds; a restart priced as its planner prices it;
-- ``queue-fitted``: ``migrator-queue``'s valuation before stop 71: ``queue`` with the dispersion
+- ``queue-fitted``: ``migrator-queue``'s valuation now: ``queue`` with the dispersion
   fitted to the on-time fractions measured so far (:class:`~rlsched.agents.baselines.planners.DispersionFit`)
   and the spread capped at the highest rate measured over its window where the rate is not
   rising (:func:`~rlsched.agents.baselines.planners.rate_ceilings`);
-- ``queue-drained``: ``migrator-queue``'s valuation now: ``queue-fitted`` with each tenant's
-  queue valued by how long the option takes to drain it
-  (:meth:`~rlsched.solver.planner.Planner.backlog_late_requests`), not spread over the interval.
+- ``queue-drained``: ``queue-fitted`` with each tenant's queue valued by how long the option
+  takes to drain it (the planner's ``backlog_drain``,
+  :meth:`~rlsched.solver.planner.Planner.backlog_late_requests`), not spread over the
+  interval (screened at stop 71, not kept: docs/planner-bursts.md).
 
 Prints, per model, the relative mean absolute error (sum |predicted - simulated| / sum
 |simulated| over tenant-intervals), the bias (sum (predicted - simulated) / sum
@@ -65,7 +66,6 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
     env.reset(seed=seed)
     planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, restart_backlog=True)
     queue, fitted = queue_planner(env), queue_planner(env)
-    queue.backlog_drain = False
     names = [t.name for t in scenario.inference_tenants()]
     fit = DispersionFit(names)
     measured_rps: dict[str, deque[float]] = {name: deque(maxlen=HISTORY_INTERVALS) for name in names}
@@ -84,10 +84,11 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
         steady = planner.configuration_values(configuration, window, accuracy)
         bursty = planner.configuration_values(configuration, window, accuracy, spread)
         queued = queue.configuration_values(configuration, window, accuracy, spread)
-        fitted.backlog_drain = False
         queued_fitted = fitted.configuration_values(configuration, window, accuracy, spread)
+        arrivals = planner.forecast(rates)  # the drain values the queue: no share of the interval's rate
         fitted.backlog_drain, fitted.queued_requests = True, backlog
-        queued_drained = fitted.configuration_values(configuration, fitted.forecast(rates), accuracy, spread)
+        queued_drained = fitted.configuration_values(configuration, arrivals, accuracy, spread)
+        fitted.backlog_drain = False
         _, _, _, truncated, _ = env.step_configuration(configuration)
         measured = env.backend.observe()
         record_residuals(residuals, rates, measured)
@@ -110,13 +111,13 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
             down = downtime.get(t.name, 0.0)
             # Each model prices a restart as its planner does: steady without the backlog it
             # leaves, burst-aware with it, queue as migrator-queue's planner is configured.
-            for model, value, pricing, drain in (
-                    ("steady", steady[t.name], planner, None),
-                    ("burst-aware", bursty[t.name], planner, planner.drain(t, profile, float(p.mps_pct), p.batch_size)),
-                    ("queue", queued[t.name], queue, queue.drain(t, profile, float(p.mps_pct), p.batch_size)),
-                    ("queue-fitted", queued_fitted[t.name], fitted, fitted.drain(t, profile, float(p.mps_pct), p.batch_size)),
-                    ("queue-drained", queued_drained[t.name], fitted, fitted.drain(t, profile, float(p.mps_pct), p.batch_size))):
-                loss = pricing.restart_loss(t, down, value, window, drain) if down > 0 else 0.0
+            for model, value, pricing, drain, rates_rps in (
+                    ("steady", steady[t.name], planner, None, window),
+                    ("burst-aware", bursty[t.name], planner, planner.drain(t, profile, float(p.mps_pct), p.batch_size), window),
+                    ("queue", queued[t.name], queue, queue.drain(t, profile, float(p.mps_pct), p.batch_size), window),
+                    ("queue-fitted", queued_fitted[t.name], fitted, fitted.drain(t, profile, float(p.mps_pct), p.batch_size), window),
+                    ("queue-drained", queued_drained[t.name], fitted, fitted.drain(t, profile, float(p.mps_pct), p.batch_size), arrivals)):
+                loss = pricing.restart_loss(t, down, value, rates_rps, drain) if down > 0 else 0.0
                 rows.append((model, value - loss, simulated, down > 0))
         step += 1
     out: dict[str, dict[str, float]] = {}

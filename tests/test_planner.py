@@ -756,10 +756,10 @@ def test_the_payback_margin_is_the_value_error_the_node_measures():
     assert measured.record(env) is None and not measured.samples
 
     # Closed loop: the steady scenario keeps the floor. On heldout-bursty-high bert's queue
-    # stays full; valued by its drain, every arrival is predicted late, as the node answers
-    # them, and the margin keeps the floor too. Spread over the first window as extra
-    # arrivals (backlog_drain off), the same queue was predicted served partly on time and
-    # counted again every interval: the node "out-earned" that, and the margin rose.
+    # stays full. Spread over the first window as extra arrivals (migrator-queue's planner),
+    # it is predicted served partly on time, again every interval: the node "out-earns" that,
+    # and the margin rises. Valued by its drain (backlog_drain), every arrival is predicted
+    # late, as the node answers them, and the margin keeps the floor.
     margins = {}
     for name, drain in (("steady", True), ("configs/scenarios/suite/heldout-bursty-high.yaml", True),
                         ("configs/scenarios/suite/heldout-bursty-high.yaml", False)):

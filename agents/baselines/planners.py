@@ -322,7 +322,7 @@ def queue_planner(env: GpuShareEnv) -> Planner:
     """The planner :class:`MigratorQueue` decides with (also what ``scripts/bench_value_model.py``
     measures as its ``queue`` model)."""
     return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True,
-                   payback_margin=True, cross_gpu_moves=True, backlog_drain=True)
+                   payback_margin=True, cross_gpu_moves=True)
 
 
 class MigratorQueue(MigratorIlp):
@@ -456,7 +456,7 @@ class MigratorQueue(MigratorIlp):
         left = intervals_left(env, env.last_step.t_end_s if env.last_step is not None else 0.0)
         self.planner.slo_guards = {name: self.bursts.guard(name, self.smoothed_rps[name], left) for name in self.bursts.history}
         self.spread = forecast_spread(self.residuals)
-        self.planner.queued_requests = dict(backlog)
+        self.planner.queued_requests = dict(backlog)  # what the planner's backlog_drain switch values
         current = env.current
         answer = self._choose(env, rates, backlog, accuracy)
         if current is not None and answer == current:

@@ -260,7 +260,9 @@ class Planner:
     :param backlog_drain: value the requests an inference tenant has queued
         (:attr:`queued_requests`) by how long each option takes to drain them
         (:meth:`backlog_late_requests`), not spread over the first window as extra arrivals
-        (:meth:`forecast`) (``migrator-queue``)
+        (:meth:`forecast`). Off everywhere: screened on ``migrator-queue-slo`` at stop 71, it
+        lost 38% on heldout-retrain and on three of four held-out traces
+        (docs/planner-bursts.md)
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
@@ -532,7 +534,6 @@ class Planner:
         return results
 
     @staticmethod
-    @staticmethod
     def backlog_late_requests(tenant: InferenceTenant, queued: float, rate_rps: float, latency_ms: np.ndarray, levels: Sequence[int],
                               horizon_s: float) -> np.ndarray:
         """Per largest batch of ``levels`` (``latency_ms[b - 1]``: a batch of b, ms), the
@@ -541,12 +542,12 @@ class Planner:
 
         Fluid, as :meth:`late_after_restart`: the head of the queue is taken to be fresh, so
         a batch in service and the next capacity x slack requests are on time; an arrival is
-        late until the queue ahead of it falls to that. Where the capacity does not exceed the rate, the queue
-        never drains and every arrival is late (the on-time table, which sees no queue, may
-        count an overloaded batcher's throughput on time). A server with a queue timeout
-        rejects what waits longer: no more than the last timeout's worth of arrivals drains.
-        The queued requests themselves are not counted: they are late, or rejected, wherever
-        the tenant runs, so their penalty is no option's doing.
+        late until the queue ahead of it falls to that. Where the capacity does not exceed
+        the rate, the queue never drains and every arrival is late (the on-time table, which
+        sees no queue, may count an overloaded batcher's throughput on time). A server with a
+        queue timeout rejects what waits longer: no more than the last timeout's worth of
+        arrivals drains. The queued requests themselves are not counted: they are late, or
+        rejected, wherever the tenant runs, so their penalty is no option's doing.
 
         Why: a tenant starved for a while holds a full queue (4,096 requests). Spread over the
         first window as extra arrivals, that queue was valued as served partly on time there
