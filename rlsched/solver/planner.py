@@ -261,8 +261,8 @@ class Planner:
         (:attr:`queued_requests`) by how long each option takes to drain them
         (:meth:`backlog_late_requests`), not spread over the first window as extra arrivals
         (:meth:`forecast`). Off everywhere: screened on ``migrator-queue-slo`` at stop 71, it
-        lost 38% on heldout-retrain and on three of four held-out traces
-        (docs/planner-bursts.md)
+        predicted per-interval Goodput better but lost 38% on heldout-retrain, and lost on
+        three of the four held-out traces (docs/planner-bursts.md)
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
