@@ -27,7 +27,8 @@ then charges the tenant (the downtime model itself is not what is measured). The
 - ``queue-drained``: ``queue-fitted`` with each tenant's queue valued by how long the option
   takes to drain it (the planner's ``backlog_drain``,
   :meth:`~rlsched.solver.planner.Planner.backlog_late_requests`), not spread over the
-  interval (screened at stop 71, not kept: docs/planner-bursts.md).
+  interval: ``migrator-queue-slo``'s since stop 72, without the charge past the interval that
+  its planning adds (docs/planner-bursts.md).
 
 Prints, per model, the relative mean absolute error (sum |predicted - simulated| / sum
 |simulated| over tenant-intervals), the bias (sum (predicted - simulated) / sum
@@ -86,7 +87,8 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
         queued = queue.configuration_values(configuration, window, accuracy, spread)
         queued_fitted = fitted.configuration_values(configuration, window, accuracy, spread)
         arrivals = planner.forecast(rates)  # the drain values the queue: no share of the interval's rate
-        fitted.backlog_drain, fitted.queued_requests = True, backlog
+        # One interval's value: the drain past it is a planning charge, not this interval's Goodput.
+        fitted.backlog_drain, fitted.queued_requests, fitted.backlog_horizon_s = True, backlog, 0.0
         queued_drained = fitted.configuration_values(configuration, arrivals, accuracy, spread)
         fitted.backlog_drain = False
         _, _, _, truncated, _ = env.step_configuration(configuration)

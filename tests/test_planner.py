@@ -224,10 +224,32 @@ def test_a_queue_is_valued_by_how_long_each_option_takes_to_drain_it(default_env
     per_request = goodput_terms(planner.weights, resnet.priority.value, on_time=1.0, accuracy=resnet.accuracy).total \
         - goodput_terms(planner.weights, resnet.priority.value, violated=1.0).total
     assert empty - value(4096.0) == pytest.approx(late * per_request, rel=1e-6)
-    # An option that never drains it answers no arrival on time, whatever the on-time table says.
-    never = planner.backlog_late_requests(resnet, 4096.0, 460.0, planner.latency_ms(resnet, "1g.5gb", 100.0), [32], 60.0)[0]
-    assert never == pytest.approx(460.0 * 60.0)
-    assert value(4096.0, "1g.5gb") == pytest.approx(goodput_terms(planner.weights, resnet.priority.value, violated=460.0 * 60.0).total + SHARE_TIE_BREAK * 100.0)
+    # An option that never drains it answers no arrival on time, whatever the on-time table
+    # says; past the lookahead (60 s), the arrivals late up to the horizon (300 s) pay the
+    # penalty at the lookahead's share of it (60 / 300).
+    assert planner.backlog_horizon_s == 300.0
+    never = planner.backlog_late_requests(resnet, 4096.0, 460.0, planner.latency_ms(resnet, "1g.5gb", 100.0), [32], 300.0)[0]
+    assert never == pytest.approx(460.0 * 300.0)
+    never_value = goodput_terms(planner.weights, resnet.priority.value, violated=460.0 * 60.0 + 460.0 * 240.0 * 60.0 / 300.0).total
+    assert value(4096.0, "1g.5gb") == pytest.approx(never_value + SHARE_TIE_BREAK * 100.0)
+    # Where no option drains the queue within the lookahead (here 20 s), each is worth nothing
+    # there, yet the one that drains it sooner after is still worth more (heldout-retrain's
+    # bert was abandoned to a retraining job without this, stop 72).
+    short = [{"resnet": 490.0}] * 2
+    priced = Planner(planner.scenario, planner.perf, planner.memory_gib, restart_backlog=True)
+    options = (("2g.10gb", 75.0), ("3g.20gb", 62.5))
+    drains_s = []
+    for profile, share in options:
+        c, sl, _ = priced.drain(resnet, profile, share, 32)
+        drains_s.append((4096.0 - 32 - c * sl) / (c - 490.0))
+    assert 20.0 < drains_s[1] < drains_s[0] < 300.0
+    planner.queued_requests = {"resnet": 4096.0}
+    slow, fast = (planner.option_value(resnet, profile, share, short, {}, 32)[0] - SHARE_TIE_BREAK * share for profile, share in options)
+    assert slow < fast
+    planner.backlog_horizon_s = 0.0  # the lookahead only: both equally worthless
+    worthless = goodput_terms(planner.weights, resnet.priority.value, violated=490.0 * 20.0).total
+    for profile, share in options:
+        assert planner.option_value(resnet, profile, share, short, {}, 32)[0] - SHARE_TIE_BREAK * share == pytest.approx(worthless)
     # A server that rejects what waited longer than 50 ms drains only the last 50 ms of arrivals.
     rejecting = dataclasses.replace(resnet, queue_timeout_ms=50.0)
     assert planner.backlog_late_requests(rejecting, 4096.0, 460.0, planner.latency_ms(resnet, "3g.20gb", 100.0), [32], 60.0)[0] == 0.0

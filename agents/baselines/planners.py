@@ -461,7 +461,7 @@ class MigratorQueue(MigratorIlp):
         answer = self._choose(env, rates, backlog, accuracy)
         if current is not None and answer == current:
             first = self.planner.forecast([rates], backlog)
-            self.value_error.predict(sum(self.planner.configuration_values(current, first, accuracy, self.spread).values()))
+            self.value_error.predict(self.planner.predicted_goodput(current, first, accuracy, self.spread))
         return answer
 
     def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
@@ -527,6 +527,12 @@ class MigratorQueueSlo(MigratorQueue):
     name = "migrator-queue-slo"
     slo_guard = True
     priority_fill = False
+
+    def make_planner(self, env: GpuShareEnv) -> Planner:
+        # A tenant's queue is valued by how long each option takes to drain it (stop 72).
+        planner = queue_planner(env)
+        planner.backlog_drain = True
+        return planner
 
 
 class MigratorBurst(MigratorIlp):
