@@ -27,8 +27,8 @@ then charges the tenant (the downtime model itself is not what is measured). The
 - ``queue-drained``: ``queue-fitted`` with each tenant's queue valued by how long the option
   takes to drain it (the planner's ``backlog_drain``,
   :meth:`~rlsched.solver.planner.Planner.backlog_late_requests`), not spread over the
-  interval: ``migrator-queue-slo``'s since stop 72, without the charge past the interval that
-  its planning adds (docs/planner-bursts.md).
+  interval, without the charge past the interval that the planner adds (screened at stops 71
+  and 72, not kept: docs/planner-bursts.md).
 
 Prints, per model, the relative mean absolute error (sum |predicted - simulated| / sum
 |simulated| over tenant-intervals), the bias (sum (predicted - simulated) / sum

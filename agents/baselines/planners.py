@@ -528,12 +528,6 @@ class MigratorQueueSlo(MigratorQueue):
     slo_guard = True
     priority_fill = False
 
-    def make_planner(self, env: GpuShareEnv) -> Planner:
-        # A tenant's queue is valued by how long each option takes to drain it (stop 72).
-        planner = queue_planner(env)
-        planner.backlog_drain = True
-        return planner
-
 
 class MigratorBurst(MigratorIlp):
     """``migrator-ilp`` made to hold up under bursts, and kept from flapping (issue 23;

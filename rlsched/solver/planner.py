@@ -120,6 +120,7 @@ RATE_QUANTILE_POINTS = 9
 #: given to a retraining job for the episode (0.62x; docs/planner-bursts.md, stop 72).
 #: Charged in full it made bursty tenants' moves look worth more than they earned (train-
 #: bursty-high 0.87x, 4x the reconfigurations). Chosen, not fitted: stop 71's guess, untuned.
+#: It belongs to the ``backlog_drain`` switch, off by default (its docstring says why).
 BACKLOG_HORIZON_S = 300.0
 #: The payback rule's margin (:meth:`Planner.payback_hurdle`), a relative error of the value
 #: model. ``scripts/bench_value_model.py`` (seed 0, one hour each) measures the burst-aware
@@ -270,7 +271,11 @@ class Planner:
         (:attr:`queued_requests`) by how long each option takes to drain them
         (:meth:`backlog_late_requests`), not spread over the first window as extra arrivals
         (:meth:`forecast`); past the lookahead, out to :attr:`backlog_horizon_s`, at the
-        lookahead's share of it. ``migrator-queue-slo``'s (stop 72; docs/planner-bursts.md)
+        lookahead's share of it. Off everywhere: on ``migrator-queue-slo`` (stops 71-72,
+        docs/planner-bursts.md) it predicts per-interval Goodput better and wins on the training
+        suite, but flaps on the held-out traces: a starved tenant with a full queue is charged
+        past the lookahead, the same tenant with an emptied one is not, so it is rescued,
+        drained, abandoned and rescued again
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
