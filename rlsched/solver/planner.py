@@ -273,9 +273,9 @@ class Planner:
         (:meth:`forecast`); past the lookahead, out to :attr:`backlog_horizon_s`, at the
         lookahead's share of it. Off everywhere: on ``migrator-queue-slo`` (stops 71-72,
         docs/planner-bursts.md) it predicts per-interval Goodput better and wins on the training
-        suite, but flaps on the held-out traces: a starved tenant with a full queue is charged
-        past the lookahead, the same tenant with an emptied one is not, so it is rescued,
-        drained, abandoned and rescued again
+        suite, but flaps on ``default`` and the held-out traces: a starved tenant's rescue is
+        valued over a hold the planner does not keep, and another tenant's burst moves it
+        back before its queue has drained
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
