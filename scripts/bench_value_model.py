@@ -67,6 +67,8 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
     env.reset(seed=seed)
     planner = Planner(scenario, env.backend.perf_model, env.backend.memory_gib, restart_backlog=True)
     queue, fitted = queue_planner(env), queue_planner(env)
+    # One interval's value: the drain past it is a planning charge, not this interval's Goodput.
+    fitted.backlog_horizon_s = 0.0
     names = [t.name for t in scenario.inference_tenants()]
     fit = DispersionFit(names)
     measured_rps: dict[str, deque[float]] = {name: deque(maxlen=HISTORY_INTERVALS) for name in names}
@@ -87,8 +89,7 @@ def measure(scenario_name: str, traces: list[str], seed: int, duration_s: float 
         queued = queue.configuration_values(configuration, window, accuracy, spread)
         queued_fitted = fitted.configuration_values(configuration, window, accuracy, spread)
         arrivals = planner.forecast(rates)  # the drain values the queue: no share of the interval's rate
-        # One interval's value: the drain past it is a planning charge, not this interval's Goodput.
-        fitted.backlog_drain, fitted.queued_requests, fitted.backlog_horizon_s = True, backlog, 0.0
+        fitted.backlog_drain, fitted.queued_requests = True, backlog
         queued_drained = fitted.configuration_values(configuration, arrivals, accuracy, spread)
         fitted.backlog_drain = False
         _, _, _, truncated, _ = env.step_configuration(configuration)
