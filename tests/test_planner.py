@@ -512,24 +512,53 @@ def test_migrator_queue_serves_a_burst_in_priority_fill_where_migrator_ilp_gives
     assert linear.evaluate(chosen.configuration, [rates])[0] < 0.0
 
 
-def test_the_guarded_planner_plans_mps_only_where_its_guard_cannot_price_priority_fill(default_env):
-    # The SLO guard charges MPS placements only: with priority-fill layouts among its
-    # candidates, a guarded service isolated in one cost nothing, and heldout-retrain stayed
-    # in two priority-fill 7g GIs all episode (0.74x migrator-ilp). So migrator-queue-slo
-    # weighs none, even where the node runs FIKIT's scheduler; migrator-queue still does.
+def test_the_slo_guard_charges_a_priority_fill_gi_by_who_runs_first(default_env):
+    """resnet first in a priority-fill 3g beside alexnet runs at its solo speed plus FIKIT's
+    overhead: charged more than alone in the 3g and less than at half of it beside a co-runner.
+    vgg filling the idle time of a 7g that resnet runs first is held to no latency: charged
+    for every request up to its target. Before, a priority-fill GI was never charged, and a
+    layout isolating resnet in one cost nothing (heldout-retrain, stop 65)."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import priority_fill_candidates, queue_planner
+    from rlsched.solver.planner import SLO_GUARD_PENALTY, SloGuard
+
+    planner = queue_planner(default_env)
+    resnet = default_env.scenario.tenant("resnet")
+    candidates = priority_fill_candidates(default_env)
+    three_g = next(c for c in candidates if c.tenants_in(0, c.placements["resnet"].instance_index) == ["resnet", "alexnet"])
+    whole = next(c for c in candidates if len(c.layouts[0]) == 1)
+    assert planner.priority_fill_guard_cost(three_g, "resnet", 60.0) == 0.0  # no guard, no charge
+    planner.slo_guards = {"resnet": SloGuard(0.99, np.array([500.0, 1000.0]), np.array([0.5, 0.5])),
+                          "vgg": SloGuard(0.99, np.array([100.0]), np.array([1.0]))}
+    batch = three_g.placements["resnet"].batch_size
+    first = planner.priority_fill_guard_cost(three_g, "resnet", 60.0)
+    assert planner.slo_guard_cost(resnet, "3g.20gb", 100.0, batch, 60.0, 0) < first < planner.slo_guard_cost(resnet, "3g.20gb", 50.0, batch, 60.0, 1)
+    filler = planner.priority_fill_guard_cost(whole, "vgg", 60.0)
+    assert filler == pytest.approx(SLO_GUARD_PENALTY * default_env.scenario.weights.priority["normal"] * 0.99 * 100.0 * 60.0)
+    # The planner's valuation of a configuration is net of both charges.
+    rates = [{"resnet": 500.0, "vgg": 100.0, "bert": 250.0, "alexnet": 900.0}] * 6
+    value, _, _ = planner.assess(whole, rates)
+    charged = planner.priority_fill_guard_cost(whole, "resnet", 60.0) + filler
+    assert value == pytest.approx(sum(planner.configuration_values(whole, rates, {}).values()) - charged)
+
+
+def test_the_guarded_planner_weighs_priority_fill_layouts_where_the_node_runs_fikit(default_env):
+    # With its guard pricing priority fill, migrator-queue-slo weighs the hindsight portfolio's
+    # priority-fill layouts as migrator-queue does; on a node without the scheduler, none.
     from rlsched.agents.baselines import make_policy
+    from rlsched.envs.gpushare import GpuShareEnv
+    from rlsched.workloads.scenario import without_priority_fill_scheduler
 
     assert default_env.scenario.priority_fill_scheduler
     default_env.reset(seed=0)
-    queue, guarded = make_policy("migrator-queue"), make_policy("migrator-queue-slo")
-    queue.reset(default_env)
+    guarded = make_policy("migrator-queue-slo")
     guarded.reset(default_env)
-    assert queue.candidates and all(c.uses_priority_fill() for c in queue.candidates)
+    assert guarded.candidates and all(c.uses_priority_fill() for c in guarded.candidates)
+    node = GpuShareEnv(without_priority_fill_scheduler(default_env.scenario))
+    node.reset(seed=0)
+    guarded.reset(node)
     assert guarded.candidates == []
-    # Started in a priority-fill layout, it leaves it for the MILP's MPS answer.
-    default_env.step_configuration(queue.candidates[0])
-    assert default_env.current.uses_priority_fill()
-    assert not guarded.act(None, default_env).uses_priority_fill()
 
 
 def test_the_queue_planner_takes_each_interval_in_once_when_it_observes_and_then_decides(default_env):

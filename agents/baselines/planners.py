@@ -511,14 +511,16 @@ class MigratorQueueSlo(MigratorQueue):
     targets on 7 of 10 traces (chunks 20 and 66 gained, client62's SLO lost at 0.9894), 0.923x
     hindsight on the held-out suite.
 
-    It plans MPS only, on every node: the guard prices MPS placements, not a priority-fill
-    GI's (whose first tenant runs at its solo speed and whose fillers share its idle time), so
-    while its prior charged every MPS placement of a service for bursts, a priority-fill
-    layout cost nothing, and the planner stayed in one after the bursts had passed. With
-    FIKIT's scheduler simulated, heldout-retrain started in two priority-fill 7g GIs and kept
-    them all episode: 0.74x ``migrator-ilp`` (docs/planner-bursts.md, stop 65). Every issue-23
-    measurement before stop 65 ran on a node without that scheduler, where the planner
-    weighed no priority-fill layout either, so they stand.
+    Where the node runs FIKIT's scheduler it weighs the hindsight portfolio's priority-fill
+    layouts, as ``migrator-queue`` does, and its guard prices them (the planner's
+    ``priority_fill_guard_cost``): a guarded first tenant for what FIKIT's latency leaves late,
+    a guarded filler for every request up to its target. From stop 65 to 72 it planned MPS only
+    there: its guard priced MPS placements alone, so a priority-fill layout isolating a guarded
+    service cost nothing, and heldout-retrain held two priority-fill 7g GIs all episode (0.74x
+    ``migrator-ilp``). With the guard pricing them (stop 73, seeds 0-1, against MPS only):
+    held-out suite 1.023x (heldout-deploy 1.11-1.13x, the rest equal), training suite 1.007x
+    (train-out-of-phase 1.03x, its high-priority SLO 0.979 to 0.991), ``default`` equal. On a
+    node without the scheduler (a real rlsched node, the trace benchmark) nothing changes.
 
     Departs from MIGRator as :class:`MigratorQueue` does. The guard is a penalty (a Lagrangian
     relaxation of the SLO constraint) of this project's, no paper's.
@@ -526,7 +528,6 @@ class MigratorQueueSlo(MigratorQueue):
 
     name = "migrator-queue-slo"
     slo_guard = True
-    priority_fill = False
 
 
 class MigratorBurst(MigratorIlp):

@@ -736,7 +736,15 @@ class Planner:
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant):
             return None
-        latency = self.latency_ms(tenant, profile, mps_pct, co_runners)
+        return guard, self._guarded_fractions(tenant, guard, self.latency_ms(tenant, profile, mps_pct, co_runners), batch, rate_cv,
+                                              (profile, float(mps_pct), co_runners))
+
+    def _guarded_fractions(self, tenant: InferenceTenant, guard: SloGuard, latency: np.ndarray, batch: int, rate_cv: Rates | None,
+                           placement_key: tuple) -> np.ndarray:
+        """The fraction of ``tenant``'s requests on time at each of ``guard``'s rates, served
+        with batch latencies ``latency`` (ms, index 0 = batch 1) at ``batch``
+        (:meth:`guarded_requests` says how); ``placement_key`` names the placement in the cache
+        of replayed logs."""
         b = min(batch, tenant.max_batch)
         # Uncapped: the guard's rates are the peaks the tenant may reach, at or above its ceiling,
         # and the spread around them is what it may meet beyond them (stop 66: capped, mm-image
@@ -749,12 +757,44 @@ class Planner:
                 replayed = {}
                 self._replayed[tenant.name] = (log, replayed)
             for k, rate in enumerate(guard.rates_rps):
-                key = (profile, float(mps_pct), co_runners, b, float(rate))
+                key = (*placement_key, b, float(rate))
                 if key not in replayed:
                     replayed[key] = replay_on_time_fraction(log, float(rate), latency, b, tenant.batch_timeout_ms, tenant.slo_ms,
                                                             tenant.queue_timeout_ms)
                 on_time[k] = min(on_time[k], replayed[key])
-        return guard, on_time
+        return on_time
+
+    def priority_fill_guard_cost(self, configuration: Configuration, name: str, horizon_s: float, rate_cv: Rates | None = None) -> float:
+        """What its :class:`SloGuard` charges tenant ``name``, run in a priority-fill GI of
+        ``configuration``, over ``horizon_s`` (0 for a tenant without a guard), as
+        :meth:`slo_guard_cost` charges an MPS placement: as the GI's first tenant, for the
+        requests its FIKIT latency (:meth:`priority_fill_first_latency_ms`) leaves late at the
+        guard's rates; as a filler, for all of them up to the target, since a filler runs in
+        whatever idle time the first tenant leaves and no latency holds it to an SLO.
+
+        Why: with the guard charging MPS placements only, a priority-fill layout isolating a
+        guarded service cost nothing beside MPS placements charged for its bursts, and the
+        planner weighed none (heldout-retrain held two priority-fill 7g GIs all episode,
+        docs/planner-bursts.md, stop 65), while the fixed reference held to the SLO runs
+        priority fill on three of five held-out scenarios (stop 73)."""
+        guard = self.slo_guards.get(name)
+        tenant = self.scenario.tenant(name)
+        if guard is None or not isinstance(tenant, InferenceTenant):
+            return 0.0
+        p = configuration.placements[name]
+        layout = configuration.layouts[p.gpu_index]
+        profile = layout.instances[p.instance_index].profile if len(layout) else None
+        members = self._priority_fill_members(configuration.tenants_in(p.gpu_index, p.instance_index))
+        requests = guard.rates_rps * guard.probabilities * horizon_s
+        weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
+        if members[0] is not tenant:
+            return weight * guard.target * float(requests.sum())
+        batch = {n: configuration.placements[n].batch_size for n in configuration.tenants_in(p.gpu_index, p.instance_index)}
+        mps_pct = {n: configuration.placements[n].mps_pct for n in batch}
+        others = self._filler_co_runners(members[1:], batch, mps_pct)
+        latency = self.priority_fill_first_latency_ms(tenant, profile, others)
+        on_time = self._guarded_fractions(tenant, guard, latency, p.batch_size, rate_cv, (profile, SharingMode.PRIORITY_FILL.value, others))
+        return weight * max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
                      drain: Drain | None = None) -> float:
@@ -1060,16 +1100,14 @@ class Planner:
         priority fill, at these batches and nominal shares (the MILP's priority-fill columns
         value a GI's first tenant alone and each filler beside its first tenant this way)."""
         slices = self._slices(profile)
-        members = sorted((self.scenario.tenant(n) for n in names), key=lambda t: t.priority.rank)
+        members = self._priority_fill_members(names)
         first, fillers = members[0], members[1:]
-        others = tuple(CoRunner(t.model, min(batch[t.name], t.max_batch) if isinstance(t, InferenceTenant) else batch[t.name],
-                                mps_pct[t.name]) for t in fillers)
+        others = self._filler_co_runners(fillers, batch, mps_pct)
         values: dict[str, float] = {}
         idle = self.min_idle_fraction
         if isinstance(first, InferenceTenant):
             b = min(batch[first.name], first.max_batch)
-            curve = np.asarray(self.perf.latency_curve_ms(self.gpu.name, first.model, first.max_batch, profile, 100.0, SharingMode.PRIORITY_FILL,
-                                                          others, slices, high_priority=bool(others))[0], dtype=float) * first.tuning_latency_factor(100.0)
+            curve = self.priority_fill_first_latency_ms(first, profile, others)
             values[first.name] = self._inference_value(first, curve, [b], rates, accuracy.get(first.name, first.accuracy),
                                                        (rate_cv or {}).get(first.name, 0.0))[0]
             rate = float(np.mean([r[first.name] for r in rates]))
@@ -1099,6 +1137,24 @@ class Planner:
             else:
                 values[t.name] = self._background_value(t, profile, share, batch[t.name], rates, accuracy, speed=idle, colocated=colocated)
         return values
+
+    def _priority_fill_members(self, names: Sequence[str]) -> list[Tenant]:
+        """The tenants ``names`` of one priority-fill GI in the order the scheduler ranks them:
+        the first runs as the high-priority tenant (scenario order breaks ties)."""
+        return sorted((self.scenario.tenant(n) for n in names), key=lambda t: t.priority.rank)
+
+    @staticmethod
+    def _filler_co_runners(fillers: Sequence[Tenant], batch: Mapping[str, int], mps_pct: Mapping[str, float]) -> tuple[CoRunner, ...]:
+        """The co-runners a priority-fill GI's first tenant runs beside: its fillers at their batches and nominal shares."""
+        return tuple(CoRunner(t.model, min(batch[t.name], t.max_batch) if isinstance(t, InferenceTenant) else batch[t.name],
+                              mps_pct[t.name]) for t in fillers)
+
+    def priority_fill_first_latency_ms(self, first: InferenceTenant, profile: str | None, fillers: tuple[CoRunner, ...]) -> np.ndarray:
+        """Batch latencies (ms, index 0 = batch 1) of a priority-fill GI's first tenant beside
+        ``fillers``: its solo speed plus FIKIT's overhead where it has fillers."""
+        curve = self.perf.latency_curve_ms(self.gpu.name, first.model, first.max_batch, profile, 100.0, SharingMode.PRIORITY_FILL,
+                                           fillers, self._slices(profile), high_priority=bool(fillers))[0]
+        return np.asarray(curve, dtype=float) * first.tuning_latency_factor(100.0)
 
     def payback_hurdle(self, cost: float, held_value: float | None, name: str | None = None, current: Configuration | None = None) -> float:
         """What a change must be predicted to gain beyond its ``cost`` over the lookahead
@@ -1135,7 +1191,8 @@ class Planner:
         """Every column of the MILP: per tenant, GPU and GI placement, the share levels that
         add value over the smaller ones (plus 100% and the running share), each at its best batch.
         A guarded tenant's column is worth its value less its SLO guard's charge
-        (:meth:`slo_guard_cost`; priority-fill columns are not charged).
+        (:meth:`slo_guard_cost`; the priority-fill columns are not charged, the exact valuation
+        of :meth:`plan` is: :meth:`priority_fill_guard_cost`).
 
         :param held_values: :meth:`configuration_values` of ``current`` at these rates, when
             the caller has them already
@@ -1599,7 +1656,7 @@ class Planner:
                accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> tuple[float, float, float]:
         """(value, reconfiguration cost, payback hurdle) of a configuration, each summed over
         tenants (:meth:`evaluate`, :meth:`payback_hurdle`); any sharing mode. The value is
-        less the SLO guards' charges of MPS placements (:meth:`slo_guard_cost`)."""
+        less the SLO guards' charges (:meth:`slo_guard_cost`, :meth:`priority_fill_guard_cost`)."""
         return self.assess_many([configuration], rates, current, accuracy, rate_cv)[0]
 
     def assess_forecasts(self, configurations: Sequence[Configuration], forecasts: Sequence[Sequence[Rates]], current: Configuration | None = None,
@@ -1658,6 +1715,8 @@ class Planner:
                     terms[key] = self._tenant_terms(t, current, p.gpu_index, gi, float(p.mps_pct), p.batch_size, mode, sharing,
                                                     values[t.name], held_values.get(t.name), windows, rate_cv)
                 v, c, h = terms[key]
+                if mode == SharingMode.PRIORITY_FILL and t.name in self.slo_guards:
+                    v -= self.priority_fill_guard_cost(configuration, t.name, self.interval_s * len(windows), rate_cv)
                 value += v
                 cost += c
                 hurdle += h
