@@ -776,7 +776,7 @@ class Planner:
         guarded service cost nothing beside MPS placements charged for its bursts, and the
         planner weighed none (heldout-retrain held two priority-fill 7g GIs all episode,
         docs/planner-bursts.md, stop 65), while the fixed reference held to the SLO runs
-        priority fill on three of five held-out scenarios (stop 73)."""
+        priority fill on four of five held-out scenarios (stop 73)."""
         guard = self.slo_guards.get(name)
         tenant = self.scenario.tenant(name)
         if guard is None or not isinstance(tenant, InferenceTenant):
@@ -784,13 +784,14 @@ class Planner:
         p = configuration.placements[name]
         layout = configuration.layouts[p.gpu_index]
         profile = layout.instances[p.instance_index].profile if len(layout) else None
-        members = self._priority_fill_members(configuration.tenants_in(p.gpu_index, p.instance_index))
+        names = configuration.tenants_in(p.gpu_index, p.instance_index)
+        members = self._priority_fill_members(names)
         requests = guard.rates_rps * guard.probabilities * horizon_s
         weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
         if members[0] is not tenant:
             return weight * guard.target * float(requests.sum())
-        batch = {n: configuration.placements[n].batch_size for n in configuration.tenants_in(p.gpu_index, p.instance_index)}
-        mps_pct = {n: configuration.placements[n].mps_pct for n in batch}
+        batch = {n: configuration.placements[n].batch_size for n in names}
+        mps_pct = {n: configuration.placements[n].mps_pct for n in names}
         others = self._filler_co_runners(members[1:], batch, mps_pct)
         latency = self.priority_fill_first_latency_ms(tenant, profile, others)
         on_time = self._guarded_fractions(tenant, guard, latency, p.batch_size, rate_cv, (profile, SharingMode.PRIORITY_FILL.value, others))
@@ -1191,8 +1192,8 @@ class Planner:
         """Every column of the MILP: per tenant, GPU and GI placement, the share levels that
         add value over the smaller ones (plus 100% and the running share), each at its best batch.
         A guarded tenant's column is worth its value less its SLO guard's charge
-        (:meth:`slo_guard_cost`; the priority-fill columns are not charged, the exact valuation
-        of :meth:`plan` is: :meth:`priority_fill_guard_cost`).
+        (:meth:`slo_guard_cost`). The MILP's priority-fill columns are not charged; the exact
+        valuation in :meth:`plan` charges them (:meth:`priority_fill_guard_cost`).
 
         :param held_values: :meth:`configuration_values` of ``current`` at these rates, when
             the caller has them already
