@@ -683,13 +683,20 @@ class Planner:
         if guarded is None:
             return 0.0
         guard, on_time = guarded
-        requests = guard.rates_rps * guard.probabilities * horizon_s
-        weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
-        charge = weight * max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
+        charge = self._guard_charge(tenant, guard, on_time, horizon_s)
         if staying and guard.reacts and charge > 0.0:
             late = self.reaction_late_requests(tenant, profile, mps_pct, batch, co_runners, guard, on_time, horizon_s)
+            weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
             charge = min(charge, weight * max(late - guard.error_budget, 0.0))
         return charge
+
+    def _guard_charge(self, tenant: Tenant, guard: SloGuard, on_time: np.ndarray, horizon_s: float) -> float:
+        """:data:`SLO_GUARD_PENALTY` x ``tenant``'s priority weight x the requests predicted late
+        beyond ``guard``'s target over ``horizon_s``, at the on-time fraction ``on_time`` of each
+        of the guard's rates (request-weighted by their probabilities)."""
+        requests = guard.rates_rps * guard.probabilities * horizon_s
+        weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
+        return weight * max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
 
     def reaction_late_requests(self, tenant: InferenceTenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None,
                                guard: SloGuard, on_time: np.ndarray, horizon_s: float) -> float:
@@ -786,16 +793,14 @@ class Planner:
         profile = layout.instances[p.instance_index].profile if len(layout) else None
         names = configuration.tenants_in(p.gpu_index, p.instance_index)
         members = self._priority_fill_members(names)
-        requests = guard.rates_rps * guard.probabilities * horizon_s
-        weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
         if members[0] is not tenant:
-            return weight * guard.target * float(requests.sum())
+            return self._guard_charge(tenant, guard, np.zeros(len(guard.rates_rps)), horizon_s)
         batch = {n: configuration.placements[n].batch_size for n in names}
         mps_pct = {n: configuration.placements[n].mps_pct for n in names}
         others = self._filler_co_runners(members[1:], batch, mps_pct)
         latency = self.priority_fill_first_latency_ms(tenant, profile, others)
         on_time = self._guarded_fractions(tenant, guard, latency, p.batch_size, rate_cv, (profile, SharingMode.PRIORITY_FILL.value, others))
-        return weight * max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
+        return self._guard_charge(tenant, guard, on_time, horizon_s)
 
     def restart_loss(self, tenant: Tenant, downtime_s: float, value: float, rates: Sequence[Rates],
                      drain: Drain | None = None) -> float:
