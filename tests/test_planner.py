@@ -276,6 +276,30 @@ def test_the_backlog_a_restart_leaves_lowers_the_predicted_value(default_env, bu
     assert planner.restart_loss(resnet, 5.0, value, rates, drain) > planner.restart_loss(resnet, 5.0, value, rates)
 
 
+def test_a_restart_drains_at_the_arrival_rate_not_at_the_queue_spread_over_the_first_window(default_env):
+    """The queue :meth:`Planner.forecast` adds to the first window is no arrival rate of the
+    drain: read so, 460 req/s with 8,000 queued arrive at 1,260 req/s, above the 3g's
+    capacity, and the whole lookahead was charged late (stop 74: train-two-gpus froze)."""
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, restart_backlog=True)
+    resnet = default_env.scenario.tenant("resnet")
+    drain = planner.drain(resnet, "3g.20gb", 100.0, 32)
+    assert 460.0 < drain[0] < 460.0 + 8000.0 / planner.interval_s
+    arrivals = [{"resnet": 460.0}] * 6
+    queued = planner.forecast(arrivals, {"resnet": 8000.0})
+    assert queued[0]["resnet"] == pytest.approx(460.0 + 800.0) and planner.queued_requests == {"resnet": 8000.0}
+    assert planner.arrival_rate_rps(resnet, queued) == pytest.approx(460.0)
+    late = planner.late_after_restart(460.0, 5.0, drain[0], drain[1], 60.0)
+    assert 0.0 < late < 460.0 * 10.0
+    value = 60_000.0
+    charged = planner.restart_loss(resnet, 5.0, value, queued, drain) - planner.restart_loss(resnet, 5.0, value, queued)
+    per_request = value / 6 / (460.0 * planner.interval_s) - goodput_terms(planner.weights, resnet.priority.value, violated=1.0).total
+    assert charged == pytest.approx(late * per_request)
+    # The same drain where the queue was empty: the queue's own cost is the value's (the first
+    # window's extra requests), not the restart's.
+    planner.forecast(arrivals, {"resnet": 0.0})
+    assert planner.restart_loss(resnet, 5.0, value, arrivals, drain) - planner.restart_loss(resnet, 5.0, value, arrivals) == pytest.approx(charged)
+
+
 def test_the_payback_rule_refuses_a_change_that_does_not_cover_its_cost_with_margin(default_env, planner, monkeypatch):
     import dataclasses
 

@@ -456,7 +456,6 @@ class MigratorQueue(MigratorIlp):
         left = intervals_left(env, env.last_step.t_end_s if env.last_step is not None else 0.0)
         self.planner.slo_guards = {name: self.bursts.guard(name, self.smoothed_rps[name], left) for name in self.bursts.history}
         self.spread = forecast_spread(self.residuals)
-        self.planner.queued_requests = dict(backlog)  # what the planner's backlog_drain switch values
         current = env.current
         answer = self._choose(env, rates, backlog, accuracy)
         if current is not None and answer == current:

@@ -325,8 +325,9 @@ class Planner:
         # Per guarded tenant: the log its replays were of, and their on-time fractions by
         # (GI profile, share, co-runners, batch, rate): one decision asks for the same ones often.
         self._replayed: dict[str, tuple[np.ndarray, dict[tuple, float]]] = {}
-        #: Per inference tenant, the requests waiting or in service at the decision (set by the
-        #: policy each interval; :meth:`backlog_late_requests`, with ``backlog_drain``).
+        #: Per inference tenant, the requests waiting or in service at the decision (set by
+        #: :meth:`forecast` from its ``backlog``; :meth:`backlog_late_requests`, with
+        #: ``backlog_drain``, and :meth:`arrival_rate_rps`).
         self.queued_requests: dict[str, float] = {}
         #: How far past its start the drain of a queue is followed (:data:`BACKLOG_HORIZON_S`;
         #: at or below the lookahead: within the lookahead only, e.g. to measure one interval's
@@ -821,13 +822,29 @@ class Planner:
             if isinstance(tenant, InferenceTenant):  # every request arriving while down is dropped
                 down = goodput_terms(self.weights, tenant.priority.value, dropped=r[tenant.name] * self.interval_s).total
             loss += overlap * max(per_window - down, 0.0)
-        if drain is not None and self.restart_backlog and isinstance(tenant, InferenceTenant) and rates[0][tenant.name] > 0:
-            rate = rates[0][tenant.name]
+        rate = self.arrival_rate_rps(tenant, rates) if drain is not None and self.restart_backlog else 0.0
+        if rate > 0:
             horizon_s = self.interval_s * len(rates)
             late = self.late_after_restart(rate, downtime_s, drain[0], drain[1], horizon_s, drain[2])
             penalty = -goodput_terms(self.weights, tenant.priority.value, violated=1.0).total
             loss += late * max(per_window / (rate * self.interval_s) + penalty, 0.0)
         return loss
+
+    def arrival_rate_rps(self, tenant: Tenant, rates: Sequence[Rates]) -> float:
+        """``tenant``'s arrival rate in the first of ``rates``' windows, requests/s (0 for a job):
+        without the queued requests :meth:`forecast` spreads over that window.
+
+        Why: a restart's backlog drains at the arrival rate. Read with the queue in it, a
+        tenant holding a queue arrives faster than any placement serves, and
+        :meth:`late_after_restart` counts the whole lookahead late: with ``restart_backlog``
+        on, train-two-gpus froze in its first layout at 0.46x the planner's Goodput, and
+        0.86x at the arrival rate (docs/planner-bursts.md, stop 74)."""
+        if not isinstance(tenant, InferenceTenant) or not rates:
+            return 0.0
+        rate = rates[0][tenant.name]
+        if not self.backlog_drain:
+            rate -= self.queued_requests.get(tenant.name, 0.0) / self.interval_s
+        return max(rate, 0.0)
 
     def restart_late_requests(self, rate_rps: float, downtime_s: float, drain: Drain | None, horizon_s: float) -> float:
         """Requests a restart of ``downtime_s`` leaves late within ``horizon_s`` at ``rate_rps``:
@@ -949,7 +966,7 @@ class Planner:
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant) or downtime_s <= 0.0 or not rates:
             return 0.0
-        late = self.restart_late_requests(rates[0][tenant.name], downtime_s, drain, self.interval_s * len(rates))
+        late = self.restart_late_requests(self.arrival_rate_rps(tenant, rates), downtime_s, drain, self.interval_s * len(rates))
         return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * max(late - guard.error_budget, 0.0)
 
     def unchanged(self, name: str, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float,
@@ -1273,8 +1290,11 @@ class Planner:
     def forecast(self, rates: Rates | Sequence[Rates], backlog: Mapping[str, float] | None = None) -> list[dict[str, float]]:
         """Per lookahead window, the rate each inference tenant must be served at: the
         arrival rate, plus, in the first window, its queued requests spread over it (with
-        ``backlog_drain``, the arrival rate only: the queue is valued by its drain,
-        :attr:`queued_requests`)."""
+        ``backlog_drain``, the arrival rate only: the queue is valued by its drain). A given
+        ``backlog`` becomes :attr:`queued_requests`, so that what is valued later (a drain, a
+        restart's backlog at :meth:`arrival_rate_rps`) knows the queue behind these windows."""
+        if backlog is not None:
+            self.queued_requests = dict(backlog)
         windows = [dict(rates)] if isinstance(rates, Mapping) else [dict(r) for r in rates]
         for name, queued in ({} if self.backlog_drain else backlog or {}).items():
             if name in windows[0]:
