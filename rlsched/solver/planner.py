@@ -687,8 +687,7 @@ class Planner:
         charge = self._guard_charge(tenant, guard, on_time, horizon_s)
         if staying and guard.reacts and charge > 0.0:
             late = self.reaction_late_requests(tenant, profile, mps_pct, batch, co_runners, guard, on_time, horizon_s)
-            weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
-            charge = min(charge, weight * max(late - guard.error_budget, 0.0))
+            charge = min(charge, self._late_charge(tenant, late - guard.error_budget))
         return charge
 
     def _guard_charge(self, tenant: Tenant, guard: SloGuard, on_time: np.ndarray, horizon_s: float) -> float:
@@ -696,8 +695,12 @@ class Planner:
         beyond ``guard``'s target over ``horizon_s``, at the on-time fraction ``on_time`` of each
         of the guard's rates (request-weighted by their probabilities)."""
         requests = guard.rates_rps * guard.probabilities * horizon_s
-        weight = SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value]
-        return weight * max(guard.target * float(requests.sum()) - float(on_time @ requests), 0.0)
+        return self._late_charge(tenant, guard.target * float(requests.sum()) - float(on_time @ requests))
+
+    def _late_charge(self, tenant: Tenant, late_requests: float) -> float:
+        """What an :class:`SloGuard` charges for ``late_requests`` of ``tenant`` (none below 0):
+        :data:`SLO_GUARD_PENALTY` x its priority weight each."""
+        return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * max(late_requests, 0.0)
 
     def reaction_late_requests(self, tenant: InferenceTenant, profile: str | None, mps_pct: float, batch: int, co_runners: int | None,
                                guard: SloGuard, on_time: np.ndarray, horizon_s: float) -> float:
@@ -967,7 +970,7 @@ class Planner:
         if guard is None or not isinstance(tenant, InferenceTenant) or downtime_s <= 0.0 or not rates:
             return 0.0
         late = self.restart_late_requests(self.arrival_rate_rps(tenant, rates), downtime_s, drain, self.interval_s * len(rates))
-        return SLO_GUARD_PENALTY * self.weights.priority[tenant.priority.value] * max(late - guard.error_budget, 0.0)
+        return self._late_charge(tenant, late - guard.error_budget)
 
     def unchanged(self, name: str, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float,
                   mode: SharingMode = SharingMode.MPS) -> bool:
