@@ -11,7 +11,7 @@ import pytest
 
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.goodput import goodput_terms
-from rlsched.solver.planner import SHARE_TIE_BREAK, Planner, SloGuard
+from rlsched.solver.planner import BATCH_VALUE_TIE, SHARE_TIE_BREAK, Planner, SloGuard
 
 TINY = str(Path(__file__).parent / "data" / "env_tiny.yaml")
 
@@ -298,6 +298,29 @@ def test_a_restart_drains_at_the_arrival_rate_not_at_the_queue_spread_over_the_f
     # window's extra requests), not the restart's.
     planner.forecast(arrivals, {"resnet": 0.0})
     assert planner.restart_loss(resnet, 5.0, value, arrivals, drain) - planner.restart_loss(resnet, 5.0, value, arrivals) == pytest.approx(charged)
+
+
+def test_batches_that_tie_in_value_are_ranked_by_throughput_not_by_rounding(default_env, planner):
+    """Where several batches answer every request on time their values differ only by
+    floating-point rounding; the rounding used to pick b8 one interval and b32 the next
+    (batch flips counted as reconfigurations, stop 75). The batch with the most throughput
+    (the largest, on these curves) must win every tie."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    ties = 0
+    for tenant in (default_env.scenario.tenant(name) for name in ("resnet", "bert")):
+        for profile in ("3g.20gb", "7g.40gb"):
+            for _ in range(40):
+                windows = [{tenant.name: float(r)} for r in rng.uniform(5.0, 200.0, size=int(rng.integers(1, 13)))]
+                accuracy, spread = {tenant.name: float(rng.uniform(0.6, 0.95))}, {tenant.name: float(rng.uniform(0.0, 0.5))}
+                values = {b: planner.option_value(tenant, profile, 100.0, windows, accuracy, b, spread)[0] for b in (1, 2, 4, 8, 16, 32)}
+                best = max(values.values())
+                tied = [b for b, value in values.items() if abs(value - best) <= BATCH_VALUE_TIE * abs(best)]
+                if len(tied) > 1:
+                    ties += 1
+                    assert planner.option_value(tenant, profile, 100.0, windows, accuracy, None, spread)[1] == max(tied)
+    assert ties > 20
 
 
 def test_the_payback_rule_refuses_a_change_that_does_not_cover_its_cost_with_margin(default_env, planner, monkeypatch):

@@ -90,6 +90,11 @@ CO_RUNNER_BATCH = 8
 #: Value per percent of share, request-equivalents: breaks ties towards larger shares (a
 #: tenant alone in a GI takes all of it) without changing any real trade-off.
 SHARE_TIE_BREAK = 1e-6
+#: Relative difference below which two batch sizes' values are a tie, broken by throughput
+#: (:meth:`Planner._inference_values`). Where every batch answers all on time their values are
+#: equal but for floating-point rounding, and the rounding picked b8 one interval and b32 the
+#: next: zero-gain batch flips counted as reconfigurations (docs/planner-bursts.md, stop 75).
+BATCH_VALUE_TIE = 1e-9
 #: HiGHS options of the planner: one thread, fixed seed (deterministic); presolve on
 #: (symmetric GPUs and GIs); the gap is relative to a Goodput of thousands per window, so
 #: 1e-4 is far below the model's own error; the time limit only guards a runaway solve.
@@ -145,6 +150,15 @@ Rates = Mapping[str, float]
 #: How a restarted inference option drains the backlog its downtime left (:meth:`Planner.drain`):
 #: (capacity, requests/s; SLO slack left by its batch, s; the tenant's queue timeout, s).
 Drain = tuple[float, float, float]
+
+
+def _batch_beats(value: float, throughput_rps: float, best_value: float, best_throughput_rps: float) -> bool:
+    """Whether a batch worth ``value`` at ``throughput_rps`` ranks above the best so far: by
+    value, and by throughput where the values tie within :data:`BATCH_VALUE_TIE`."""
+    tolerance = BATCH_VALUE_TIE * max(1.0, abs(value), abs(best_value))
+    if abs(value - best_value) <= tolerance:
+        return throughput_rps > best_throughput_rps
+    return value > best_value
 
 
 @dataclass(frozen=True)
@@ -551,9 +565,9 @@ class Planner:
             best: tuple[float, float, int] | None = None
             for b, on, past in zip(levels, on_time.tolist(), late_past.tolist(), strict=True):
                 value = goodput_terms(self.weights, tenant.priority.value, on, accuracy, violated=total_requests - on + past).total
-                key = (value, b * 1000.0 / float(latency[b - 1]), b)
-                if best is None or key[:2] > best[:2]:
-                    best = key
+                throughput_rps = b * 1000.0 / float(latency[b - 1])
+                if best is None or _batch_beats(value, throughput_rps, best[0], best[1]):
+                    best = (value, throughput_rps, b)
             assert best is not None
             results.append((best[0], best[2]))
         return results
