@@ -122,15 +122,18 @@ class CandidateLibrary:
             self.pending.append((self._solve([rates] * windows_count, self.env.current), None))
         self.refresh()
 
-    def request(self, windows: Windows) -> None:
-        """Ask for the planner's solution of ``windows`` if its bin is new (joins at :meth:`refresh`)."""
+    def request(self, windows: Windows, rate_cv: Mapping[str, float] | None = None) -> None:
+        """Ask for the planner's solution of ``windows`` if its bin is new (joins at :meth:`refresh`).
+
+        :param rate_cv: the forecast's spread per tenant (the planner's ``rate_cv``; None: steady)
+        """
         key = self.bin_of(windows)
         if key not in self.seen_bins:
             self.seen_bins.add(key)
             if self.worker is None:
-                self.pending.append((self._solve(windows, self.env.current), key))
+                self.pending.append((self._solve(windows, self.env.current, rate_cv), key))
             else:
-                self.running.append((self.worker.submit(self._solve, list(windows), self.env.current), key))
+                self.running.append((self.worker.submit(self._solve, list(windows), self.env.current, rate_cv), key))
 
     @staticmethod
     def bin_of(windows: Windows) -> tuple[int, ...]:
@@ -173,13 +176,16 @@ class CandidateLibrary:
         candidates = [current] + [self.configurations[i] for i in entries]
         scored = [self._scored(candidates, assessed) for assessed in self.planner.assess_forecasts(candidates, forecasts, current, accuracy)]
         if record_use:
-            # Candidate 0 is the running configuration: its entry, if it has one, is in use too.
-            owners = [self.configurations.index(current) if current in self.configurations else None] + entries
             for s in scored:
-                for candidate in np.argsort(-s.objective, kind="stable")[:IN_USE_RANK]:
-                    if owners[candidate] is not None:
-                        self.last_used[owners[candidate]] = self.decisions
+                self.mark_used(candidates, s.objective)
         return scored
+
+    def mark_used(self, candidates: Sequence[Configuration], objective: Sequence[float]) -> None:
+        """Mark the library entries among ``candidates`` ranked in the top :data:`IN_USE_RANK`
+        by ``objective`` as in use at this decision (the running configuration's entry too)."""
+        for candidate in np.argsort(-np.asarray(objective), kind="stable")[:IN_USE_RANK]:
+            if candidates[candidate] in self.configurations:
+                self.last_used[self.configurations.index(candidates[candidate])] = self.decisions
 
     def value(self, candidates: Sequence[Configuration], windows: Windows, accuracy: Mapping[str, float]) -> ScoredCandidates:
         """``candidates`` valued at ``windows``; the first is the running configuration."""
@@ -191,7 +197,7 @@ class CandidateLibrary:
         cost[0] = 0.0
         return ScoredCandidates(list(candidates), value, cost)
 
-    def _solve(self, windows: Windows, running: Configuration | None) -> Configuration:
+    def _solve(self, windows: Windows, running: Configuration | None, rate_cv: Mapping[str, float] | None = None) -> Configuration:
         """The planner's configuration for ``windows``; ``running``: the node's configuration
         when the solve was asked for."""
         started = time.perf_counter()
@@ -199,7 +205,7 @@ class CandidateLibrary:
         # one (the scoring prices the move); a node of several GPUs is still planned from the
         # running one (one MILP per GPU: the joint MILP over symmetric GPUs takes seconds).
         current = None if self.env.scenario.gpu_count == 1 else running
-        configuration = self.solver.plan(list(windows), current).configuration
+        configuration = self.solver.plan(list(windows), current, rate_cv=rate_cv).configuration
         self.solves += 1
         self.solve_ms += (time.perf_counter() - started) * 1e3
         return configuration

@@ -117,6 +117,38 @@ def test_the_library_planner_runs_an_episode_on_two_node_shapes():
         assert episode.repaired == 0  # it applies configurations the planner produced: nothing to repair
 
 
+def test_the_queue_slo_library_runs_an_episode_on_two_node_shapes():
+    for scenario in (TINY, TWO_GPUS):
+        episode = run_episode(GpuShareEnv(scenario), "queue-slo-library", seed=0)
+        assert len(episode.configurations) == 6 and episode.goodput > 0
+        assert episode.repaired == 0
+
+
+def test_the_queue_slo_library_decides_without_the_milp_except_for_new_loads(monkeypatch):
+    from rlsched.agents.baselines import apply, make_policy
+
+    env = GpuShareEnv("default")
+    observation, _ = env.reset(seed=0)
+    policy = make_policy("queue-slo-library")
+    policy.reset(env)
+    seeded = list(policy.library.configurations)
+    solves: list[object] = []
+    monkeypatch.setattr(policy.library, "_solve", lambda windows, running, rate_cv=None: solves.append(rate_cv) or seeded[0])
+
+    def no_milp(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a decision ran the MILP")
+
+    monkeypatch.setattr(policy.planner, "plan", no_milp)
+    seen = len(policy.library.seen_bins)
+    for _ in range(8):
+        decision = policy.act(observation, env)
+        assert decision == env.current or decision in policy.library.configurations or decision in policy.candidates
+        observation, *_ = apply(env, decision)
+    # One solve per load bin met for the first time, with the forecast's spread (the MILP's rate_cv).
+    assert 1 <= len(solves) == len(policy.library.seen_bins) - seen
+    assert all(isinstance(cv, dict) and set(cv) == set(policy.smoothed_rps) for cv in solves)
+
+
 def test_the_candidate_observation_has_the_same_size_on_any_node():
     shapes = set()
     for scenario in (TINY, TWO_GPUS):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from typing import ClassVar
@@ -648,6 +649,61 @@ class PlannerLibrary(Policy):
             return self.planner.plan(windows, None, accuracy).configuration
         scored = self.library.score(windows, env.current, accuracy)
         return scored.configurations[scored.best()]
+
+
+class QueueSloLibrary(MigratorQueueSlo):
+    """``migrator-queue-slo``'s objective maximised over a library of its own MILP solutions
+    instead of solved every interval (:class:`~rlsched.agents.candidates.CandidateLibrary`), as
+    ``planner-library`` does for ``migrator-ilp``'s: a decision the daemon can make in tens of
+    milliseconds, and the candidates a learned policy can choose among.
+
+    It measures and forecasts as ``migrator-queue-slo`` does (the same rates, spread, guards,
+    dispersion and value-model margin), and chooses, by the same objective (value less the
+    guards' charges, the move's cost and its payback hurdle), among the running configuration,
+    the library, the hindsight portfolio's priority-fill layouts and the moves of one tenant
+    within a running priority-fill layout. The library holds the MILP's solutions for loads
+    around the scenario's mean rates, solved at reset, and one for each new load bin met while
+    running, which joins from the next interval.
+
+    Departs from ``migrator-queue-slo``: it can only choose configurations the MILP produced
+    for some load (plus those candidates), and a new load's solution arrives an interval late.
+    """
+
+    name = "queue-slo-library"
+
+    def reset(self, env: GpuShareEnv) -> None:
+        super().reset(env)
+        self.library = CandidateLibrary(env, self.planner)
+        self.library.seed(self.lookahead)
+        self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
+
+    def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
+                accuracy: dict[str, float]) -> tuple[Plan, Configuration]:
+        windows = self.planner.forecast([rates] * lookahead, backlog)
+        current = env.current
+        self.library.refresh()
+        solves = self.library.solves
+        self.library.request(windows, self.spread)
+        self.report["planner_solves"] += self.library.solves - solves
+        self.report["library_size"] = len(self.library.configurations)
+        if current is None:
+            plan = self.planner.plan(windows, None, accuracy, self.spread, candidates=self.candidates)
+            return plan, plan.configuration
+        started = time.perf_counter()
+        pf_running = self.priority_fill and current.uses_priority_fill()
+        others = [*self.library.configurations, *self.candidates, *(priority_fill_moves(current, self.planner.memory_gib) if pf_running else [])]
+        candidates = [current]
+        for c in others:
+            if c not in candidates:
+                candidates.append(c)
+        assessed = self.planner.assess_many(candidates, windows, current, accuracy, self.spread)
+        objective = np.array([v - c - h for v, c, h in assessed])
+        objective[0] = assessed[0][0]  # keeping moves nothing: no cost, no hurdle (as the library scores it)
+        self.library.mark_used(candidates, objective)
+        best = int(np.argmax(objective))  # the running configuration on ties
+        value, cost, hurdle = assessed[best]
+        ms = (time.perf_counter() - started) * 1e3
+        return Plan(candidates[best], value - cost, value, cost, ms, "library", 0, 0, hurdle), candidates[best]
 
 
 def measured_arrival_dispersion(logged: Mapping[str, np.ndarray] | None, previous: Mapping[str, float]) -> dict[str, float]:
