@@ -92,11 +92,15 @@ class CandidateLibrary:
     :param planner: the planner whose solutions and model are used
     :param background: solve new loads on a worker thread (see the module docstring); the
         seed solves still run at once
+    :param from_running: solve every load from the configuration running when it was asked
+        for (an entry is then a move the planner would make from there), not only on a node
+        of several GPUs (see :meth:`_solve`)
     """
 
-    def __init__(self, env: GpuShareEnv, planner: Planner, background: bool = False) -> None:
+    def __init__(self, env: GpuShareEnv, planner: Planner, background: bool = False, from_running: bool = False) -> None:
         self.env = env
         self.planner = planner
+        self.from_running = from_running
         self.configurations: list[Configuration] = []
         #: Per entry of :attr:`configurations`: the load bins it was solved for (seed loads: none),
         #: and the decision it last ranked in the top :data:`IN_USE_RANK` under a forecast.
@@ -204,7 +208,7 @@ class CandidateLibrary:
         # An entry is the best configuration for its load, not the best move from the running
         # one (the scoring prices the move); a node of several GPUs is still planned from the
         # running one (one MILP per GPU: the joint MILP over symmetric GPUs takes seconds).
-        current = None if self.env.scenario.gpu_count == 1 else running
+        current = None if self.env.scenario.gpu_count == 1 and not self.from_running else running
         configuration = self.solver.plan(list(windows), current, rate_cv=rate_cv).configuration
         self.solves += 1
         self.solve_ms += (time.perf_counter() - started) * 1e3

@@ -76,6 +76,17 @@ def test_the_library_is_bounded_and_an_entry_dropped_for_room_is_solved_again(li
     assert library.solves == solves + 1  # asked again, solved again
 
 
+def test_a_library_solving_from_the_running_configuration_plans_from_it_on_one_gpu(library, monkeypatch):
+    env, planner = library.env, library.planner
+    asked: list[object] = []
+    plan = planner.plan
+    monkeypatch.setattr(planner, "plan", lambda windows, current=None, *args, **kwargs: asked.append(current) or plan(windows, current, *args, **kwargs))
+    library.request(_windows(library, 30.0))
+    moving = CandidateLibrary(env, planner, from_running=True)
+    moving.request(_windows(library, 30.0))
+    assert asked == [None, env.current] and env.current is not None  # an entry for its load; a move from the running one
+
+
 def test_only_a_decision_marks_library_entries_in_use(library):
     env = library.env
     library.refresh()
