@@ -205,9 +205,10 @@ class CandidateLibrary:
         """The planner's configuration for ``windows``; ``running``: the node's configuration
         when the solve was asked for."""
         started = time.perf_counter()
-        # An entry is the best configuration for its load, not the best move from the running
-        # one (the scoring prices the move); a node of several GPUs is still planned from the
-        # running one (one MILP per GPU: the joint MILP over symmetric GPUs takes seconds).
+        # By default an entry is the best configuration for its load, not the best move from the
+        # running one (the scoring prices the move); a node of several GPUs is still planned from
+        # the running one (one MILP per GPU: the joint MILP over symmetric GPUs takes seconds).
+        # ``from_running`` plans from it on one GPU too (``queue-slo-library``).
         current = None if self.env.scenario.gpu_count == 1 and not self.from_running else running
         configuration = self.solver.plan(list(windows), current, rate_cv=rate_cv).configuration
         self.solves += 1

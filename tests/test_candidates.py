@@ -135,13 +135,18 @@ def test_the_queue_slo_library_runs_an_episode_on_two_node_shapes():
         assert episode.repaired == 0
 
 
-def test_the_queue_slo_library_decides_without_the_milp_except_for_new_loads(monkeypatch):
+def test_the_queue_slo_library_decides_first_as_its_planner_then_without_the_milp_except_for_new_loads(monkeypatch):
     from rlsched.agents.baselines import apply, make_policy
 
-    env = GpuShareEnv("default")
+    env, twin = GpuShareEnv("default"), GpuShareEnv("default")
     observation, _ = env.reset(seed=0)
-    policy = make_policy("queue-slo-library")
+    twin_observation, _ = twin.reset(seed=0)
+    policy, planner = make_policy("queue-slo-library"), make_policy("migrator-queue-slo")
     policy.reset(env)
+    planner.reset(twin)
+    first = policy.act(observation, env)
+    assert first == planner.act(twin_observation, twin)  # the node's first move is the MILP's
+    observation, *_ = apply(env, first)
     seeded = list(policy.library.configurations)
     solves: list[object] = []
     monkeypatch.setattr(policy.library, "_solve", lambda windows, running, rate_cv=None: solves.append(rate_cv) or seeded[0])

@@ -690,6 +690,7 @@ class QueueSloLibrary(MigratorQueueSlo):
         self.library = CandidateLibrary(env, self.planner, from_running=True)
         self.library.seed(self.lookahead)
         self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
+        self.planned_first = False
 
     def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
                 accuracy: dict[str, float]) -> tuple[Plan, Configuration]:
@@ -700,8 +701,13 @@ class QueueSloLibrary(MigratorQueueSlo):
         self.library.request(windows, self.spread)
         self.report["planner_solves"] += self.library.solves - solves
         self.report["library_size"] = len(self.library.configurations)
-        if current is None:
-            plan = self.planner.plan(windows, None, accuracy, self.spread, candidates=self.candidates)
+        if not self.planned_first:
+            # The node's first decision is the MILP's, from whatever runs (nothing, or what ran
+            # before rlsched): the library's seeds are not moves from there, and a weak first
+            # move is hard to leave (heldout-retrain seed 0: 1,819,729 from the library's first
+            # choice, 2,372,142 from the MILP's; docs/history-candidate-policy.md, stop 76).
+            self.planned_first = True
+            plan = self.planner.plan(windows, current, accuracy, self.spread, candidates=self.candidates)
             return plan, plan.configuration
         started = time.perf_counter()
         pf_running = self.priority_fill and current.uses_priority_fill()
