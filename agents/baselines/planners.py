@@ -665,19 +665,19 @@ class QueueSloLibrary(MigratorQueueSlo):
     within a running priority-fill layout. The library holds the MILP's solutions for loads
     around the scenario's mean rates, solved at reset, and one for each new load bin met while
     running, which joins from the next interval; each is solved from the configuration running
-    when it was asked for.
+    when it was asked for. The node's first decision is the MILP's.
 
     Departs from ``migrator-queue-slo``: it can only choose configurations the MILP produced
     for some load and running configuration (plus those candidates), and a new load's solution
     arrives an interval late.
 
     Measured (docs/history-candidate-policy.md, stop 76; seeds 0-1 against
-    ``migrator-queue-slo``): 0.916x on the held-out suite (heldout-deploy 1.065x,
-    heldout-out-of-phase 1.007x with its high-priority SLO at 0.994, heldout-retrain 0.621x),
-    0.987x on the training suite (train-retrain 0.952x), 1.012x on ``default`` (seeds 0-2).
+    ``migrator-queue-slo``): 0.967x on the held-out suite (heldout-deploy 1.065x,
+    heldout-out-of-phase 1.007x with its high-priority SLO at 0.994, heldout-retrain 0.810x),
+    0.988x on the training suite (train-retrain 0.958x), 1.009x on ``default`` (seeds 0-2).
     With the MILP solved every interval and the library valued beside its answer it equals
-    ``migrator-queue-slo`` on both episodes screened: where it gains, it gains by choices the
-    value model ranks lower. Valuing the library takes about 40 ms (p50) on ``default`` and 1.6 s on
+    ``migrator-queue-slo`` on both episodes tried: where it gains, it gains by choices the
+    value model ranks lower. Valuing the library takes about 45 ms (p50) on ``default`` and 1.6 s on
     heldout-eight-tenants, most of it the SLO guard's replays of the request log.
     """
 
