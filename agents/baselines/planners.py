@@ -672,12 +672,12 @@ class QueueSloLibrary(MigratorQueueSlo):
     arrives an interval late.
 
     Measured (docs/history-candidate-policy.md, stop 76; seeds 0-1 against
-    ``migrator-queue-slo``): 0.967x on the held-out suite (heldout-deploy 1.065x,
+    ``migrator-queue-slo``): 0.970x on the held-out suite (heldout-deploy 1.065x,
     heldout-out-of-phase 1.007x with its high-priority SLO at 0.994, heldout-retrain 0.810x),
     0.988x on the training suite (train-retrain 0.958x), 1.009x on ``default`` (seeds 0-2).
     With the MILP solved every interval and the library valued beside its answer it equals
     ``migrator-queue-slo`` on both episodes tried: where it gains, it gains by choices the
-    value model ranks lower. Valuing the library takes about 45 ms (p50) on ``default`` and 1.6 s on
+    value model ranks lower. Valuing the library takes about 45 ms (p50) on ``default`` and 1.5 s on
     heldout-eight-tenants, most of it the SLO guard's replays of the request log.
     """
 
