@@ -467,14 +467,16 @@ class MigratorQueue(MigratorIlp):
     def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
                 accuracy: dict[str, float]) -> tuple[Plan, Configuration]:
         windows = self.planner.forecast([rates] * lookahead, backlog)
-        current = env.current
-        # The MILP cannot express (hence keep or adjust) a priority-fill layout: the running one
-        # is a candidate too, and so is each move of one tenant into another priority-fill GI.
+        plan = self.planner.plan(windows, env.current, accuracy, self.spread, candidates=self._whole_candidates(env.current))
+        return plan, plan.configuration
+
+    def _whole_candidates(self, current: Configuration | None) -> list[Configuration]:
+        """The whole configurations weighed beside the MILP's answer: the priority-fill portfolio
+        and, where a priority-fill layout runs, it and each move of one tenant into another of
+        its priority-fill GIs (the MILP cannot express, hence keep or adjust, such a layout)."""
         pf_running = self.priority_fill and current is not None and current.uses_priority_fill()
         adjust = [current, *priority_fill_moves(current, self.planner.memory_gib)] if pf_running else []
-        plan = self.planner.plan(windows, current, accuracy, self.spread,
-                                 candidates=self.candidates + [c for c in adjust if c not in self.candidates])
-        return plan, plan.configuration
+        return self.candidates + [c for c in adjust if c not in self.candidates]
 
 
 class MigratorQueueSlo(MigratorQueue):
@@ -707,13 +709,10 @@ class QueueSloLibrary(MigratorQueueSlo):
             # move is hard to leave (heldout-retrain seed 0: 1,819,729 from the library's first
             # choice, 2,372,142 from the MILP's; docs/history-candidate-policy.md, stop 76).
             self.planned_first = True
-            plan = self.planner.plan(windows, current, accuracy, self.spread, candidates=self.candidates)
-            return plan, plan.configuration
+            return super()._decide(env, lookahead, rates, backlog, accuracy)
         started = time.perf_counter()
-        pf_running = self.priority_fill and current.uses_priority_fill()
-        others = [*self.library.configurations, *self.candidates, *(priority_fill_moves(current, self.planner.memory_gib) if pf_running else [])]
         candidates = [current]
-        for c in others:
+        for c in [*self.library.configurations, *self._whole_candidates(current)]:
             if c not in candidates:
                 candidates.append(c)
         assessed = self.planner.assess_many(candidates, windows, current, accuracy, self.spread)
