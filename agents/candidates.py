@@ -139,6 +139,11 @@ class CandidateLibrary:
             else:
                 self.running.append((self.worker.submit(self._solve, list(windows), self.env.current, rate_cv), key))
 
+    def add(self, configuration: Configuration) -> None:
+        """Add a solution the planner made outside the library's own solves (e.g. a decision's
+        MILP); it joins at :meth:`refresh`, for no load bin."""
+        self.pending.append((configuration, None))
+
     @staticmethod
     def bin_of(windows: Windows) -> tuple[int, ...]:
         """The load bin of a forecast: its first window's rates, binned by :data:`FORECAST_BIN_RATIO`."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.candidates import JOINT_RATE_SCALES, CandidateLibrary
 from rlsched.agents.evaluation import run_episode
@@ -135,7 +136,7 @@ def test_the_queue_slo_library_runs_an_episode_on_two_node_shapes():
         assert episode.repaired == 0
 
 
-def test_the_queue_slo_library_decides_first_as_its_planner_then_without_the_milp_except_for_new_loads(monkeypatch):
+def test_the_queue_slo_library_decides_first_as_its_planner_then_solves_only_new_loads_and_moves(monkeypatch):
     from rlsched.agents.baselines import apply, make_policy
 
     env, twin = GpuShareEnv("default"), GpuShareEnv("default")
@@ -150,16 +151,32 @@ def test_the_queue_slo_library_decides_first_as_its_planner_then_without_the_mil
     seeded = list(policy.library.configurations)
     solves: list[object] = []
     monkeypatch.setattr(policy.library, "_solve", lambda windows, running, rate_cv=None: solves.append(rate_cv) or seeded[0])
+    milp_answers: list[object] = []
+    plan = policy.planner.plan
 
-    def no_milp(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a decision ran the MILP")
+    def counted_plan(*args: object, **kwargs: object) -> object:
+        answer = plan(*args, **kwargs)
+        milp_answers.append(answer.configuration)
+        return answer
 
-    monkeypatch.setattr(policy.planner, "plan", no_milp)
+    monkeypatch.setattr(policy.planner, "plan", counted_plan)
     seen = len(policy.library.seen_bins)
-    for _ in range(8):
+    statuses = []
+    for _ in range(12):
+        running, asked = env.current, len(milp_answers)
         decision = policy.act(observation, env)
-        assert decision == env.current or decision in policy.library.configurations or decision in policy.candidates
+        statuses.append(policy.last_plan.status)
+        if policy.last_plan.status == "library":  # the library keeps: no MILP
+            assert decision == running and len(milp_answers) == asked
+        else:  # the library moves: checked against one MILP answer, which joins the library
+            assert policy.last_plan.status == "library+milp" and len(milp_answers) == asked + 1
+            milp = milp_answers[-1]
+            assert (milp, None) in policy.library.pending
+            objective, _ = policy._objective([running, milp, decision], policy.planner.forecast(
+                [policy.taken_in[1]] * policy.lookahead, observed_load(env)[1]), running, observed_load(env)[2])
+            assert objective[2] >= objective[1] - 1e-6 * abs(objective[1])
         observation, *_ = apply(env, decision)
+    assert {"library", "library+milp"} <= set(statuses)
     # One solve per load bin met for the first time, with the forecast's spread (the MILP's rate_cv).
     assert 1 <= len(solves) == len(policy.library.seen_bins) - seen
     assert all(isinstance(cv, dict) and set(cv) == set(policy.smoothed_rps) for cv in solves)
