@@ -276,6 +276,50 @@ def test_the_backlog_a_restart_leaves_lowers_the_predicted_value(default_env, bu
     assert planner.restart_loss(resnet, 5.0, value, rates, drain) > planner.restart_loss(resnet, 5.0, value, rates)
 
 
+def test_a_restart_is_charged_only_for_the_backlog_it_adds_to_the_queue_with_restart_added_backlog(default_env):
+    """The simulator queues through a restart up to ``queue_capacity``: a tenant whose queue is
+    full adds nothing by restarting, one with an empty queue adds every arrival while down."""
+    args = (default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
+    whole, added = Planner(*args, restart_backlog=True), Planner(*args, restart_backlog=True, restart_added_backlog=True)
+    resnet = default_env.scenario.tenant("resnet")
+    arrivals = [{"resnet": 460.0}] * 6
+    drain = whole.drain(resnet, "3g.20gb", 100.0, 32)
+    value = 60_000.0
+    for queued, added_s in ((0.0, 5.0), (float(resnet.queue_capacity), 0.0), (resnet.queue_capacity - 460.0, 1.0)):
+        windows = whole.forecast(arrivals, {"resnet": queued})
+        assert added.forecast(arrivals, {"resnet": queued}) == windows
+        assert added.restart_added_downtime_s(resnet, 5.0, 460.0) == pytest.approx(added_s)
+        drained = added.restart_loss(resnet, 5.0, value, windows, drain) - added.restart_loss(resnet, 5.0, value, windows)
+        late = added.late_after_restart(460.0, added_s, drain[0], drain[1], 60.0)
+        per_request = value / 6 / (460.0 * added.interval_s) - goodput_terms(added.weights, resnet.priority.value, violated=1.0).total
+        assert drained == pytest.approx(late * per_request)
+        # Without the switch the whole downtime's arrivals drain, whatever the queue.
+        assert whole.restart_loss(resnet, 5.0, value, windows, drain) >= added.restart_loss(resnet, 5.0, value, windows, drain)
+        if queued == 0.0:  # every arrival while down is added: the same charge
+            assert whole.restart_loss(resnet, 5.0, value, windows, drain) == pytest.approx(added.restart_loss(resnet, 5.0, value, windows, drain))
+        if queued == resnet.queue_capacity:  # nothing added, nothing charged
+            assert late == 0.0 and drained == 0.0
+
+
+def test_the_guards_restart_charge_grows_with_the_lookahead_past_its_guard_windows(default_env):
+    import numpy as np
+
+    from rlsched.solver.planner import SloGuard
+
+    args = (default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib)
+    resnet = default_env.scenario.tenant("resnet")
+    guard = SloGuard(0.99, np.array([600.0]), np.array([1.0]), error_budget=100.0)
+    charges = {}
+    for windows in (None, 6):
+        planner = Planner(*args, guard_windows=windows)
+        planner.slo_guards = {"resnet": guard}
+        drain = planner.drain(resnet, "3g.20gb", 100.0, 32)
+        charges[windows] = [planner.guarded_restart_cost(resnet, 5.0, [{"resnet": 600.0}] * n, drain) for n in (6, 12)]
+    assert charges[None][0] > 0.0
+    assert charges[6][0] == pytest.approx(charges[None][0])  # over the windows it was calibrated for: unchanged
+    assert charges[6][1] == pytest.approx(2.0 * charges[None][1])  # over twice as many: twice the charge
+
+
 def test_a_restart_drains_at_the_arrival_rate_not_at_the_queue_spread_over_the_first_window(default_env):
     """The queue :meth:`Planner.forecast` adds to the first window is no arrival rate of the
     drain: read so, 460 req/s with 8,000 queued arrive at 1,260 req/s, above the 3g's

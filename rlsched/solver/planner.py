@@ -290,6 +290,17 @@ class Planner:
         suite, but flaps on ``default`` and the held-out traces: a starved tenant's rescue is
         valued over a hold the planner does not keep, and another tenant's burst moves it
         back before its queue has drained
+    :param restart_added_backlog: with ``restart_backlog``, a restart's drain counts only the
+        requests the restart adds to the queue the tenant already holds,
+        min(queue + rate x downtime, ``queue_capacity``) - queue (:meth:`restart_added_downtime_s`):
+        the simulator queues through a restart, so a starved tenant with a full queue adds nothing
+        by restarting. Charged the whole downtime's arrivals, rescues came late
+        (docs/planner-bursts.md, stop 75). ``migrator-queue-slo-12``
+    :param guard_windows: the lookahead, in windows, the SLO guard's restart charge was
+        calibrated against (:meth:`guarded_restart_cost`); over a longer one the charge grows in
+        proportion, as the value it is weighed against does (None: never scaled). Unscaled over
+        12 windows, train-out-of-phase's high-priority SLO fell to 0.9567, scaled to 0.9856
+        (docs/planner-bursts.md, stop 77). ``migrator-queue-slo-12``
 
     The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
     its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
@@ -299,7 +310,8 @@ class Planner:
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
                  restart_backlog: bool = False, payback_margin: bool = False, queueing_tail: bool = False,
                  co_runner_count: bool = False, priority_fill_columns: bool = False, payback_scope: str = "all",
-                 cross_gpu_moves: bool = False, backlog_drain: bool = False) -> None:
+                 cross_gpu_moves: bool = False, backlog_drain: bool = False, restart_added_backlog: bool = False,
+                 guard_windows: int | None = None) -> None:
         if payback_scope not in ("all", "priority-fill"):
             raise ValueError(f"payback_scope must be 'all' or 'priority-fill', not {payback_scope!r}")
         self.payback_scope = payback_scope
@@ -307,6 +319,8 @@ class Planner:
         self.co_runner_count = co_runner_count
         self.cross_gpu_moves = cross_gpu_moves
         self.backlog_drain = backlog_drain
+        self.restart_added_backlog = restart_added_backlog
+        self.guard_windows = guard_windows
         self.priority_fill_columns = priority_fill_columns and scenario.priority_fill_scheduler
         self.scenario = scenario
         self.perf = perf_model
@@ -842,10 +856,21 @@ class Planner:
         rate = self.arrival_rate_rps(tenant, rates) if drain is not None and self.restart_backlog else 0.0
         if rate > 0:
             horizon_s = self.interval_s * len(rates)
-            late = self.late_after_restart(rate, downtime_s, drain[0], drain[1], horizon_s, drain[2])
+            queued_s = self.restart_added_downtime_s(tenant, downtime_s, rate) if self.restart_added_backlog else downtime_s
+            late = self.late_after_restart(rate, queued_s, drain[0], drain[1], horizon_s, drain[2])
             penalty = -goodput_terms(self.weights, tenant.priority.value, violated=1.0).total
             loss += late * max(per_window / (rate * self.interval_s) + penalty, 0.0)
         return loss
+
+    def restart_added_downtime_s(self, tenant: Tenant, downtime_s: float, rate_rps: float) -> float:
+        """The part of ``downtime_s`` whose arrivals at ``rate_rps`` a restart adds to the queue
+        ``tenant`` holds (:attr:`queued_requests`): min(queue + rate x downtime, its
+        ``queue_capacity``) - queue, over the rate (``restart_added_backlog``)."""
+        if rate_rps <= 0.0 or not isinstance(tenant, InferenceTenant):
+            return downtime_s
+        queued = self.queued_requests.get(tenant.name, 0.0)
+        added = min(queued + rate_rps * downtime_s, float(tenant.queue_capacity)) - queued
+        return max(added, 0.0) / rate_rps
 
     def arrival_rate_rps(self, tenant: Tenant, rates: Sequence[Rates]) -> float:
         """``tenant``'s arrival rate in the first of ``rates``' windows, requests/s (0 for a job):
@@ -979,12 +1004,14 @@ class Planner:
         """What its :class:`SloGuard` charges a running ``tenant`` for a restart of
         ``downtime_s``: :data:`SLO_GUARD_PENALTY` x its priority weight x the requests it
         leaves late (arriving while down, plus late while the backlog drains at ``drain``)
-        beyond the guard's error budget; 0 for a tenant without a guard."""
+        beyond the guard's error budget, scaled to the lookahead (``guard_windows``); 0 for a
+        tenant without a guard."""
         guard = self.slo_guards.get(tenant.name)
         if guard is None or not isinstance(tenant, InferenceTenant) or downtime_s <= 0.0 or not rates:
             return 0.0
         late = self.restart_late_requests(self.arrival_rate_rps(tenant, rates), downtime_s, drain, self.interval_s * len(rates))
-        return self._late_charge(tenant, late - guard.error_budget)
+        scale = len(rates) / self.guard_windows if self.guard_windows else 1.0
+        return scale * self._late_charge(tenant, late - guard.error_budget)
 
     def unchanged(self, name: str, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float,
                   mode: SharingMode = SharingMode.MPS) -> bool:
