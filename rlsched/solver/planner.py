@@ -302,9 +302,9 @@ class Planner:
         12 windows, train-out-of-phase's high-priority SLO fell to 0.9567, scaled to 0.9856
         (docs/planner-bursts.md, stop 77). ``migrator-queue-slo-12``
 
-    The two switches are off by default: on ``default`` (seeds 0-2) they made the planner hold
-    its first layout and lose 5.2% (docs/planner-bursts.md), while on bursty and day/night
-    traces they are most of what ``migrator-burst`` gains.
+    ``restart_backlog`` and ``payback_margin`` are off by default: on ``default`` (seeds 0-2)
+    they made the planner hold its first layout and lose 5.2% (docs/planner-bursts.md), while on
+    bursty and day/night traces they are most of what ``migrator-burst`` gains.
     """
 
     def __init__(self, scenario: Scenario, perf_model: object, memory_gib: Callable[[str, int], float],
