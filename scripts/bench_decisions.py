@@ -130,10 +130,10 @@ def main() -> None:
               f"{sum(s > 0 for s in solving)} decisions asked for a solve)")
         for name in filter(None, args.policies.split(",")):
             whole, solves = decision_times(scenario, name, args.steps)
-            print(f"  {name + ', whole act':<35}{percentiles(whole)}  (p99 {np.percentile(whole, 99) / p99:.2f}x the planner's)")
+            print(f"  {name + ', whole act':<36} {percentiles(whole)}  (p99 {np.percentile(whole, 99) / p99:.2f}x the planner's)")
             if any(solves):  # a library policy (candidate-ppo): the daemon runs its solves beside the loop
                 rest = [t - s for t, s in zip(whole, solves, strict=True)]
-                print(f"  {name + ', without the solves':<35}{percentiles(rest)}  (p99 {np.percentile(rest, 99) / p99:.2f}x; "
+                print(f"  {name + ', without the solves':<36} {percentiles(rest)}  (p99 {np.percentile(rest, 99) / p99:.2f}x; "
                       f"{sum(s > 0 for s in solves)} decisions asked for a solve)")
         if args.hedge_ppo:
             whole, shadows = hedge_times(scenario, args.hedge_ppo, args.steps)
