@@ -319,11 +319,11 @@ class MigratorPriorityFillHeld(MigratorPriorityFill):
     held_lookahead = HELD_LOOKAHEAD
 
 
-def queue_planner(env: GpuShareEnv) -> Planner:
+def queue_planner(env: GpuShareEnv, **switches: bool | int) -> Planner:
     """The planner :class:`MigratorQueue` decides with (also what ``scripts/bench_value_model.py``
-    measures as its ``queue`` model)."""
+    measures as its ``queue`` model), with further planner ``switches`` on (a subclass's)."""
     return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True,
-                   payback_margin=True, cross_gpu_moves=True)
+                   payback_margin=True, cross_gpu_moves=True, **switches)
 
 
 class MigratorQueue(MigratorIlp):
@@ -564,9 +564,7 @@ class MigratorQueueSloLong(MigratorQueueSlo):
     lookahead = HELD_LOOKAHEAD
 
     def make_planner(self, env: GpuShareEnv) -> Planner:
-        return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, co_runner_count=True,
-                       payback_margin=True, cross_gpu_moves=True, restart_backlog=True, restart_added_backlog=True,
-                       guard_windows=QUEUE_LOOKAHEAD)
+        return queue_planner(env, restart_backlog=True, restart_added_backlog=True, guard_windows=QUEUE_LOOKAHEAD)
 
 
 class MigratorBurst(MigratorIlp):
