@@ -10,11 +10,12 @@ one that answers the most). Issue 23 names ``static-best``, but its one grouping
 ranks tenants by their mean rate and serves a bursty resnet from a 2g: on 9 of the 12
 held-out traces it earns below zero (docs/planner-bursts.md, stop 64).
 
-Prints one row per trace (the reference's Goodput and high-priority SLO attainment; each
-policy's Goodput as a ratio to it, its SLO attainment and reconfigurations) and, per policy,
-on how many traces it met both of issue 23's targets (Goodput >= 0.98x the reference and
-high-priority SLO attainment >= 0.99), the geometric mean of its ratios with the standard
-error of their logarithm, and its SLO range. Episodes are cached under ``--out`` (one eval
+Prints one row per trace (the reference's Goodput, high-priority SLO attainment and
+reconfigurations; each policy's Goodput as a ratio to it, its SLO attainment and
+reconfigurations) and, per policy, on how many traces it met both of issue 23's targets
+(Goodput >= 0.98x the reference and high-priority SLO attainment >= 0.99), the geometric mean
+of its ratios with the standard error of their logarithm, its SLO range and its
+reconfigurations over the set beside the reference's. Episodes are cached under ``--out`` (one eval
 JSON each), so a rerun with more policies or traces only runs what is missing::
 
     python scripts/bench_traces.py --set heldout --policies migrator-queue-slo,migrator-ilp --jobs 2 --out runs/bench-traces
@@ -197,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for t in traces:
         ref = results[(args.reference, t.name)]
-        row = {"trace": t.name, "reference": {"goodput": ref["goodput"], "slo_high": ref["slo_attainment_high"]}}
-        cells = [f"{ref['goodput']:,.0f} ({ref['slo_attainment_high']:.4f})"]
+        row = {"trace": t.name, "reference": {"goodput": ref["goodput"], "slo_high": ref["slo_attainment_high"],
+                                              "reconfigurations": ref["reconfigurations"]}}
+        cells = [f"{ref['goodput']:,.0f} ({ref['slo_attainment_high']:.4f}, {ref['reconfigurations']:.0f})"]
         for p in policies:
             m = results[(p, t.name)]
             # Against a reference that lost Goodput a ratio means nothing: None, the Goodput shown.
@@ -215,22 +217,26 @@ def main(argv: list[str] | None = None) -> int:
     losing = sum(r["reference"]["goodput"] <= 0.0 for r in rows)
     if losing:
         print(f"{args.reference} loses Goodput on {losing} of {len(rows)} traces: no ratio there (the policies' Goodput is shown).")
+    # Reconfigurations over the whole set beside the reference's: a planner that earns as much
+    # with more changes is flapping (docs/planner-bursts.md, stop 78).
+    reference_changes = sum(r["reference"]["reconfigurations"] for r in rows)
     print(f"\n| policy | both targets (all / where {args.reference} meets the SLO) | geomean x {args.reference} (SE of log) | "
-          "ratios below 0 | SLO range |")
-    print("|---|---:|---:|---:|---:|")
+          f"ratios below 0 | SLO range | reconfigurations ({args.reference}: {reference_changes:.0f}) |")
+    print("|---|---:|---:|---:|---:|---:|")
     totals = {}
     for p in policies:
         ratios = [r[p]["ratio"] for r in rows]
         gm, se = summary(ratios)
         slos = [r[p]["slo_high"] for r in rows]
         totals[p] = {"met": sum(r[p]["met"] for r in rows), "met_feasible": sum(r[p]["met"] for r in feasible),
-                     "geomean": gm, "se_log": se, "below_zero": sum(x is not None and x <= 0.0 for x in ratios), "slo_min": min(slos), "slo_max": max(slos)}
+                     "geomean": gm, "se_log": se, "below_zero": sum(x is not None and x <= 0.0 for x in ratios), "slo_min": min(slos), "slo_max": max(slos),
+                     "reconfigurations": sum(r[p]["reconfigurations"] for r in rows)}
         print(f"| {p} | {totals[p]['met']} of {len(rows)} / {totals[p]['met_feasible']} of {len(feasible)} | {gm:.3f} ({se:.3f}) | "
-              f"{totals[p]['below_zero']} | {min(slos):.4f}-{max(slos):.4f} |")
+              f"{totals[p]['below_zero']} | {min(slos):.4f}-{max(slos):.4f} | {totals[p]['reconfigurations']:.0f} |")
     if args.json:
         partial = args.json.with_suffix(".tmp")
         partial.write_text(json.dumps({"set": args.set, "scenario": scenario, "reference": args.reference, "seed": args.seed,
-                                       "traces": rows, "policies": totals}, indent=1))
+                                       "reference_reconfigurations": reference_changes, "traces": rows, "policies": totals}, indent=1))
         os.replace(partial, args.json)
     return 0
 

@@ -46,6 +46,10 @@ def test_each_policy_is_scored_against_the_reference_on_every_trace_and_episodes
         reference = json.loads((out / "static-best" / f"{row['trace']}-seed0.json").read_text())["policies"]["static-best"]
         assert row["static-equal"]["ratio"] == pytest.approx(policy["goodput"] / reference["goodput"])
         assert row["static-equal"]["met"] == (row["static-equal"]["ratio"] >= 0.98 and policy["slo_attainment_high"] >= 0.99)
+        assert row["reference"]["reconfigurations"] == reference["reconfigurations"]
+    # Reconfigurations are summed over the set, the policy's and the reference's.
+    assert result["policies"]["static-equal"]["reconfigurations"] == sum(r["static-equal"]["reconfigurations"] for r in result["traces"])
+    assert result["reference_reconfigurations"] == sum(r["reference"]["reconfigurations"] for r in result["traces"])
     # A second run takes every episode from the cache: the files are not rewritten.
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.json")}
     assert len(stamps) == 4
