@@ -15,8 +15,8 @@ reconfigurations; each policy's Goodput as a ratio to it, its SLO attainment and
 reconfigurations) and, per policy, on how many traces it met both of issue 23's targets
 (Goodput >= 0.98x the reference and high-priority SLO attainment >= 0.99), the geometric mean
 of its ratios with the standard error of their logarithm, its SLO range and its
-reconfigurations over the set beside the reference's. Episodes are cached under ``--out`` (one eval
-JSON each), so a rerun with more policies or traces only runs what is missing::
+reconfigurations over the set beside the reference's. Episodes are cached under ``--out``
+(one eval JSON each), so a rerun with more policies or traces only runs what is missing::
 
     python scripts/bench_traces.py --set heldout --policies migrator-queue-slo,migrator-ilp --jobs 2 --out runs/bench-traces
     python scripts/bench_traces.py --set tuned --scenario default --policies migrator-queue-slo --out runs/bench-traces-fifo
