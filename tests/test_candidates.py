@@ -129,6 +129,33 @@ def test_the_library_planner_runs_an_episode_on_two_node_shapes():
         assert episode.repaired == 0  # it applies configurations the planner produced: nothing to repair
 
 
+def test_the_hurdle_library_moves_only_where_a_move_clears_its_payback_hurdle():
+    from rlsched.agents.baselines import apply, make_policy
+
+    def configurations(name: str, margin: float | None = None, steps: int = 15) -> list:
+        env = GpuShareEnv("default")
+        observation, _ = env.reset(seed=0)
+        policy = make_policy(name)
+        policy.reset(env)
+        if margin is not None:
+            policy.planner.value_model_error = margin  # the payback hurdle's margin (None: VALUE_MODEL_ERROR)
+        ran = []
+        for _ in range(steps):
+            observation, _, _, _, _ = apply(env, policy.act(observation, env))
+            ran.append(env.current)
+        return ran
+
+    def moves(ran: list) -> int:
+        return sum(a != b for a, b in zip(ran, ran[1:]))
+
+    plain = configurations("planner-library")
+    assert moves(plain) >= 2
+    assert configurations("planner-library-hurdle", margin=0.0) == plain  # no margin: no hurdle, the same choices
+    assert moves(configurations("planner-library-hurdle", margin=100.0)) == 0  # no gain clears a 100x margin: it keeps
+    hurdled = configurations("planner-library-hurdle")
+    assert hurdled != plain and moves(hurdled) <= moves(plain)
+
+
 def test_the_queue_slo_library_runs_an_episode_on_two_node_shapes():
     for scenario in (TINY, TWO_GPUS):
         episode = run_episode(GpuShareEnv(scenario), "queue-slo-library", seed=0)
