@@ -7,7 +7,7 @@ import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -694,9 +694,7 @@ class PlannerLibrary(Policy):
             return scored.configurations[scored.best()]
         current = env.current
         candidates = [current] + [c for c in self.library.configurations if c != current]
-        assessed = self.planner.assess_many(candidates, windows, current, accuracy)
-        objective = np.array([value - cost - hurdle for value, cost, hurdle in assessed])
-        objective[0] = assessed[0][0]  # keeping moves nothing: no cost, no hurdle
+        objective = move_objective(self.planner.assess_many(candidates, windows, current, accuracy))
         self.library.mark_used(candidates, objective)
         return candidates[int(np.argmax(objective))]  # the running configuration on ties
 
@@ -812,13 +810,20 @@ class QueueSloLibrary(MigratorQueueSlo):
 
     def _objective(self, candidates: list[Configuration], windows: list[dict[str, float]], current: Configuration,
                    accuracy: dict[str, float]) -> tuple[np.ndarray, list[tuple[float, float, float]]]:
-        """The objective of each of ``candidates`` (the first: ``current``) at ``windows``, and
-        its (value, cost, hurdle) terms: value less the move's cost and payback hurdle
-        (``Planner.assess_many``, exact); keeping moves nothing, so it is charged neither."""
+        """The objective of each of ``candidates`` (the first: ``current``) at ``windows``
+        (:func:`move_objective`), and its (value, cost, hurdle) terms (``Planner.assess_many``,
+        exact)."""
         assessed = self.planner.assess_many(candidates, windows, current, accuracy, self.spread)
-        objective = np.array([v - c - h for v, c, h in assessed])
-        objective[0] = assessed[0][0]
-        return objective, assessed
+        return move_objective(assessed), assessed
+
+
+def move_objective(assessed: Sequence[tuple[float, float, float]]) -> np.ndarray:
+    """The objective a library planner chooses by, per candidate, from ``Planner.assess_many``'s
+    (value, cost, hurdle) terms, the first candidate being the running configuration: value less
+    the move's cost and payback hurdle; keeping moves nothing, so it is charged neither."""
+    objective = np.array([value - cost - hurdle for value, cost, hurdle in assessed])
+    objective[0] = assessed[0][0]
+    return objective
 
 
 def measured_arrival_dispersion(logged: Mapping[str, np.ndarray] | None, previous: Mapping[str, float]) -> dict[str, float]:
