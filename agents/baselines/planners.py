@@ -669,12 +669,13 @@ class PlannerLibrary(Policy):
     """
 
     name = "planner-library"
-    #: Make a move only if it gains more than its cost plus the planner's payback hurdle
-    #: (:class:`PlannerLibraryHurdle`).
-    payback_margin: ClassVar[bool] = False
+
+    def make_planner(self, env: GpuShareEnv) -> Planner:
+        """The planner whose solutions fill the library and whose model values them."""
+        return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib)
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, payback_margin=self.payback_margin)
+        self.planner = self.make_planner(env)
         self.library = CandidateLibrary(env, self.planner)
         self.library.seed(MIGRATOR_LOOKAHEAD)
         self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
@@ -689,14 +690,12 @@ class PlannerLibrary(Policy):
         self.report["library_size"] = len(self.library.configurations)
         if env.current is None:
             return self.planner.plan(windows, None, accuracy).configuration
-        if not self.payback_margin:
-            scored = self.library.score(windows, env.current, accuracy)
-            return scored.configurations[scored.best()]
-        current = env.current
-        candidates = [current] + [c for c in self.library.configurations if c != current]
-        objective = move_objective(self.planner.assess_many(candidates, windows, current, accuracy))
-        self.library.mark_used(candidates, objective)
-        return candidates[int(np.argmax(objective))]  # the running configuration on ties
+        return self._best(windows, env.current, accuracy)
+
+    def _best(self, windows: list[dict[str, float]], current: Configuration, accuracy: dict[str, float]) -> Configuration:
+        """The running configuration or the library entry with the largest objective at ``windows``."""
+        scored = self.library.score(windows, current, accuracy)
+        return scored.configurations[scored.best()]
 
 
 class PlannerLibraryHurdle(PlannerLibrary):
@@ -716,7 +715,16 @@ class PlannerLibraryHurdle(PlannerLibrary):
     """
 
     name = "planner-library-hurdle"
-    payback_margin = True
+
+    def make_planner(self, env: GpuShareEnv) -> Planner:
+        return Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, payback_margin=True)
+
+    def _best(self, windows: list[dict[str, float]], current: Configuration, accuracy: dict[str, float]) -> Configuration:
+        # The library's scoring keeps value and cost only; the hurdle comes from assess_many.
+        candidates = [current] + [c for c in self.library.configurations if c != current]
+        objective = move_objective(self.planner.assess_many(candidates, windows, current, accuracy))
+        self.library.mark_used(candidates, objective)
+        return candidates[int(np.argmax(objective))]  # the running configuration on ties
 
 
 class QueueSloLibrary(MigratorQueueSlo):
