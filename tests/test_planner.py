@@ -1209,6 +1209,23 @@ def test_replayed_on_time_fraction_sees_requests_that_wait_behind_their_cluster(
     assert replay_on_time_fraction(poisson[:1], 640.0, latency_ms, 32, 2.0, 30.0) == 1.0  # nothing to replay
 
 
+def test_one_log_replayed_at_several_rates_in_one_call_answers_each_rate_as_alone():
+    import numpy as np
+
+    from rlsched.simulator.queueing import replay_on_time_fraction, replay_on_time_fractions
+
+    latency_ms = np.linspace(2.0, 12.0, 32)
+    bunched = np.repeat(np.arange(0.0, 10.0, 0.15), 96)
+    shuffled = np.random.default_rng(1).permutation(bunched)  # a log need not come sorted
+    # At 640 req/s a bunch's three batches answer in 12, 24 and 36 ms; at 320 req/s the same
+    # bunches come twice as far apart and are answered alike; a rate of 0 replays nothing.
+    fractions = replay_on_time_fractions(shuffled, np.array([640.0, 0.0, 320.0]), latency_ms, 32, 2.0, 30.0)
+    assert fractions == pytest.approx([2.0 / 3.0, 1.0, 2.0 / 3.0], rel=0.02)
+    singles = [replay_on_time_fraction(bunched, rate, latency_ms, 32, 2.0, 30.0) for rate in (640.0, 0.0, 320.0)]
+    assert list(fractions) == singles
+    assert list(replay_on_time_fractions(bunched[:1], np.array([640.0, 320.0]), latency_ms, 32, 2.0, 30.0)) == [1.0, 1.0]
+
+
 def test_an_slo_guard_charges_the_late_answers_the_tenants_request_log_shows(default_env):
     """resnet's requests arriving in bunches of 600 every second, at 600 req/s: a 7g serves
     the rate easily, so the on-time table predicts them on time, but each bunch waits behind

@@ -354,21 +354,50 @@ def _replay(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np.ndarray, batch_
     latencies ``mean_ms`` (batch 1..``batch_max``, ms; no jitter) from an empty queue, by a
     server that rejects what waited longer than ``queue_timeout_ms`` (None: serves it all);
     None with no rate or fewer than two distinct arrival times."""
-    log = np.sort(np.asarray(arrivals_s, dtype=float))
-    if rate_rps <= 0.0 or log.size < 2 or log[-1] <= log[0]:
+    replayed = _replay_rates(arrivals_s, np.array([rate_rps], dtype=float), mean_ms, batch_max, timeout_ms, slo_ms, queue_timeout_ms)
+    if replayed is None:
         return None
-    span_s = float(log[-1] - log[0])
-    stretch = (log.size / span_s) / rate_rps  # >1 slows the pattern down to the target rate
-    times_s = (log - log[0]) * stretch
-    horizon_s = float(times_s[-1])
+    outs, horizons_s = replayed
+    return (outs[0], float(horizons_s[0])) if horizons_s[0] >= 0.0 else None
+
+
+#: The service-jitter stream handed to replays: they serve without jitter, so it is never drawn from.
+_NO_JITTER_RNG = np.random.default_rng(0)
+
+
+def _replay_rates(arrivals_s: np.ndarray, rates_rps: np.ndarray, mean_ms: np.ndarray, batch_max: int, timeout_ms: float,
+                  slo_ms: float = math.inf, queue_timeout_ms: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_replay` at each of ``rates_rps`` in one compiled call (a planner replays one log
+    at several rates per placement): per rate its outputs (rows) and span served, seconds (-1
+    where the rate is not positive); None with fewer than two distinct arrival times."""
+    log = np.sort(np.asarray(arrivals_s, dtype=float))
+    if log.size < 2 or log[-1] <= log[0]:
+        return None
     mean = np.asarray(mean_ms, dtype=float)[:batch_max]
     service_mean_s = np.concatenate([[0.0], mean / 1000.0])
-    out = np.zeros(OUT_SIZE)
-    serve_interval(times_s, 0.0, horizon_s, 0.0, np.zeros(max(4096, log.size)), np.zeros(batch_max), new_state(),
-                   service_mean_s, np.zeros_like(service_mean_s), batch_max, timeout_ms / 1000.0, slo_ms / 1000.0,
-                   np.random.default_rng(0), np.zeros(HIST_BINS, dtype=np.int64), out,
-                   math.inf if queue_timeout_ms is None else queue_timeout_ms / 1000.0)
-    return out, horizon_s
+    return _replay_kernel(log - log[0], np.asarray(rates_rps, dtype=float), service_mean_s, batch_max, timeout_ms / 1000.0,
+                          slo_ms / 1000.0, math.inf if queue_timeout_ms is None else queue_timeout_ms / 1000.0, _NO_JITTER_RNG)
+
+
+@njit(cache=True)
+def _replay_kernel(offsets_s: np.ndarray, rates_rps: np.ndarray, service_mean_s: np.ndarray, batch_max: int, timeout_s: float,
+                   slo_s: float, queue_timeout_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The loop of :func:`_replay_rates`: ``offsets_s`` (a sorted log less its first arrival)
+    stretched to each rate and served by :func:`serve_interval` from an empty queue."""
+    n = offsets_s.shape[0]
+    rate_log = n / offsets_s[n - 1]
+    outs = np.zeros((rates_rps.shape[0], OUT_SIZE))
+    horizons_s = np.full(rates_rps.shape[0], -1.0)
+    service_sigma = np.zeros_like(service_mean_s)
+    for k in range(rates_rps.shape[0]):
+        if rates_rps[k] <= 0.0:
+            continue
+        times_s = offsets_s * (rate_log / rates_rps[k])  # >1 slows the pattern down to the target rate
+        horizons_s[k] = times_s[n - 1]
+        serve_interval(times_s, 0.0, horizons_s[k], 0.0, np.zeros(max(4096, n)), np.zeros(batch_max), np.zeros(STATE_SIZE),
+                       service_mean_s, service_sigma, batch_max, timeout_s, slo_s, rng, np.zeros(HIST_BINS, dtype=np.int64),
+                       outs[k], queue_timeout_s)
+    return outs, horizons_s
 
 
 def replay_busy_fraction(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np.ndarray, batch_max: int, timeout_ms: float) -> float:
@@ -413,3 +442,17 @@ def replay_on_time_fraction(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np
     out, _ = replayed
     answered = out[O_COMPLETED] + out[O_DROPPED]
     return float(out[O_ON_TIME] / answered) if answered > 0 else 1.0
+
+
+
+def replay_on_time_fractions(arrivals_s: np.ndarray, rates_rps: np.ndarray, mean_ms: np.ndarray, batch_max: int, timeout_ms: float,
+                             slo_ms: float, queue_timeout_ms: float | None = None) -> np.ndarray:
+    """:func:`replay_on_time_fraction` at each of ``rates_rps`` (the same numbers, one compiled call)."""
+    rates_rps = np.asarray(rates_rps, dtype=float)
+    replayed = _replay_rates(arrivals_s, rates_rps, mean_ms, batch_max, timeout_ms, slo_ms, queue_timeout_ms)
+    if replayed is None:
+        return np.ones(rates_rps.shape[0])
+    outs, horizons_s = replayed
+    answered = outs[:, O_COMPLETED] + outs[:, O_DROPPED]
+    fractions = np.divide(outs[:, O_ON_TIME], answered, out=np.ones_like(answered), where=answered > 0)
+    return np.where(horizons_s >= 0.0, fractions, 1.0)

@@ -80,7 +80,7 @@ from rlsched.goodput import goodput_terms
 from rlsched.hardware import GpuInstance, Layout, enumerate_layouts, fits_alongside, load_gpu
 from rlsched.perfmodel import CoRunner
 from rlsched.simulator.node import filler_shares, min_idle_fraction
-from rlsched.simulator.queueing import replay_busy_fraction, replay_on_time_fraction
+from rlsched.simulator.queueing import replay_busy_fraction, replay_on_time_fractions
 from rlsched.solver.milp import Milp, SolverError
 from rlsched.workloads.scenario import Scenario
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, InferenceTenant, Tenant
@@ -147,6 +147,9 @@ SLO_GUARD_PENALTY = 10.0
 _QUANTILE_Z = np.array([NormalDist().inv_cdf((k + 0.5) / RATE_QUANTILE_POINTS) for k in range(RATE_QUANTILE_POINTS)])
 
 Rates = Mapping[str, float]
+#: Values computed once per rates and shared by the candidates of one choice
+#: (:meth:`Planner.configuration_values`): an MPS option's value, or a priority-fill GI's per member.
+OptionValues = dict[tuple, float | dict[str, float]]
 #: How a restarted inference option drains the backlog its downtime left (:meth:`Planner.drain`):
 #: (capacity, requests/s; SLO slack left by its batch, s; the tenant's queue timeout, s).
 Drain = tuple[float, float, float]
@@ -778,6 +781,15 @@ class Planner:
         return guard, self._guarded_fractions(tenant, guard, self.latency_ms(tenant, profile, mps_pct, co_runners), batch, rate_cv,
                                               (profile, float(mps_pct), co_runners))
 
+    def _replays(self, name: str, log: np.ndarray) -> dict[tuple, float]:
+        """The replays of tenant ``name``'s request log ``log`` computed so far, by placement and
+        rate; a new log starts an empty cache."""
+        replayed_log, replayed = self._replayed.get(name, (None, {}))
+        if replayed_log is not log:
+            replayed = {}
+            self._replayed[name] = (log, replayed)
+        return replayed
+
     def _guarded_fractions(self, tenant: InferenceTenant, guard: SloGuard, latency: np.ndarray, batch: int, rate_cv: Rates | None,
                            placement_key: tuple) -> np.ndarray:
         """The fraction of ``tenant``'s requests on time at each of ``guard``'s rates, served
@@ -791,15 +803,14 @@ class Planner:
         on_time = self.on_time_table(tenant, guard.rates_rps, latency, [b], (rate_cv or {}).get(tenant.name, 0.0), capped=False)[0]
         log = self.arrival_log.get(tenant.name)
         if log is not None and len(log) >= MIN_ARRIVALS_FOR_REPLAY:
-            replayed_log, replayed = self._replayed.get(tenant.name, (None, {}))
-            if replayed_log is not log:
-                replayed = {}
-                self._replayed[tenant.name] = (log, replayed)
-            for k, rate in enumerate(guard.rates_rps):
-                key = (*placement_key, b, float(rate))
-                if key not in replayed:
-                    replayed[key] = replay_on_time_fraction(log, float(rate), latency, b, tenant.batch_timeout_ms, tenant.slo_ms,
-                                                            tenant.queue_timeout_ms)
+            replayed = self._replays(tenant.name, log)
+            keys = [(*placement_key, b, float(rate)) for rate in guard.rates_rps]
+            missing = [k for k, key in enumerate(keys) if key not in replayed]
+            if missing:  # one compiled call for every rate not replayed yet
+                fractions = replay_on_time_fractions(log, np.asarray(guard.rates_rps)[missing], latency, b, tenant.batch_timeout_ms,
+                                                     tenant.slo_ms, tenant.queue_timeout_ms)
+                replayed.update((keys[k], float(f)) for k, f in zip(missing, fractions, strict=True))
+            for k, key in enumerate(keys):
                 on_time[k] = min(on_time[k], replayed[key])
         return on_time
 
@@ -1072,13 +1083,15 @@ class Planner:
             self.backlog_horizon_s = horizon_s
 
     def configuration_values(self, configuration: Configuration, rates: Sequence[Rates], accuracy: Mapping[str, float],
-                             rate_cv: Rates | None = None, options: dict[tuple, float] | None = None) -> dict[str, float]:
+                             rate_cv: Rates | None = None, options: OptionValues | None = None) -> dict[str, float]:
         """Per placed tenant, its predicted value over the lookahead in ``configuration``: an
         MPS placement as its option in the value table, a priority-fill GI as
         :meth:`priority_fill_values` says.
 
         :param options: MPS option values already computed at these rates (tenant, GI
-            profile, share, batch -> value), filled in as they are computed
+            profile, share, batch -> value), and priority-fill GIs' values (("priority-fill",
+            GI profile, (tenant, batch, share) per member) -> value per member), filled in as
+            they are computed
         """
         options = {} if options is None else options
         values: dict[str, float] = {}
@@ -1093,7 +1106,14 @@ class Planner:
                 options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, p.batch_size, rate_cv, key[4])[0]
             values[name] = options[key]
         for g, i in sorted(filled):
-            values.update(self.priority_fill_values(configuration, g, i, rates, accuracy, rate_cv))
+            # Candidates share priority-fill GIs as they share MPS options: valued once per call's rates.
+            layout = configuration.layouts[g]
+            names = configuration.tenants_in(g, i)
+            key = ("priority-fill", layout.instances[i].profile if len(layout) else None,
+                   *((n, configuration.placements[n].batch_size, float(configuration.placements[n].mps_pct)) for n in names))
+            if key not in options:
+                options[key] = self.priority_fill_values(configuration, g, i, rates, accuracy, rate_cv)
+            values.update(options[key])
         return values
 
     def option_key(self, configuration: Configuration, name: str) -> tuple[str, str | None, float, int, int | None]:
@@ -1180,7 +1200,11 @@ class Planner:
             rate = float(np.mean([r[first.name] for r in rates]))
             log = self.arrival_log.get(first.name)
             if log is not None and len(log) >= MIN_ARRIVALS_FOR_REPLAY:
-                busy = replay_busy_fraction(log, rate, curve, b, first.batch_timeout_ms)
+                replayed = self._replays(first.name, log)
+                key = ("busy", curve.tobytes(), b, rate)
+                if key not in replayed:
+                    replayed[key] = replay_busy_fraction(log, rate, curve, b, first.batch_timeout_ms)
+                busy = replayed[key]
             else:
                 throughput = np.arange(1, b + 1) * 1000.0 / curve[:b]
                 carries = np.nonzero(throughput >= rate)[0]
@@ -1738,11 +1762,11 @@ class Planner:
         return [self.assess_many(configurations, windows, current, accuracy, rate_cv, options[k]) for k, windows in enumerate(forecasts)]
 
     def forecast_options(self, configurations: Sequence[Configuration], forecasts: Sequence[Sequence[Rates]],
-                         accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[dict[tuple, float]]:
+                         accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[OptionValues]:
         """Per forecast, the value of every MPS option the configurations place (the
         ``options`` :meth:`assess_many` takes), all forecasts in one vectorised call per option."""
         accuracy = dict(accuracy or {})
-        options: list[dict[tuple, float]] = [{} for _ in forecasts]
+        options: list[OptionValues] = [{} for _ in forecasts]
         keys = {self.option_key(c, name) for c in configurations
                 for name, p in c.placements.items() if c.modes[p.gpu_index][p.instance_index] != SharingMode.PRIORITY_FILL}
         for key in keys:
@@ -1753,7 +1777,7 @@ class Planner:
 
     def assess_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
                     accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None,
-                    options: dict[tuple, float] | None = None) -> list[tuple[float, float, float]]:
+                    options: OptionValues | None = None) -> list[tuple[float, float, float]]:
         """:meth:`assess` of each configuration from the same running one at the same rates
         (a choice among candidates): the running configuration's values are computed once,
         and an MPS option the candidates share is valued once.
