@@ -57,6 +57,10 @@ MIN_BINNED_RATE_RPS = 1e-3
 MAX_LIBRARY_ENTRIES = 64
 #: An entry ranked this high (by the planner's objective) under a forecast is in use.
 IN_USE_RANK = 3
+#: Candidates offered to a chooser per decision (slot 0: keep the running configuration).
+CANDIDATES = 12
+#: Intervals of measured rates the burst forecast takes its maximum over.
+BURST_WINDOW = 6
 
 Windows = Sequence[Mapping[str, float]]
 
@@ -219,3 +223,19 @@ class CandidateLibrary:
         self.solves += 1
         self.solve_ms += (time.perf_counter() - started) * 1e3
         return configuration
+
+
+def offer_slots(gains: list[np.ndarray]) -> list[int]:
+    """The candidates offered: keep (index 0), then the best under each forecast of ``gains``
+    (each candidate's predicted gain over keeping under the EWMA forecast, under the burst one)
+    in turn, until :data:`CANDIDATES`."""
+    # While fewer than CANDIDATES are offered, an order's first CANDIDATES + 1 entries hold one
+    # not offered yet: the rest of the order is never read.
+    orders = [np.argsort(-g, kind="stable")[: CANDIDATES + 1].tolist() for g in gains]
+    offered = [0]
+    while len(offered) < min(CANDIDATES, len(gains[0])):
+        for order in orders:
+            nxt = next((i for i in order if i not in offered), None)
+            if nxt is not None and len(offered) < CANDIDATES:
+                offered.append(int(nxt))
+    return offered

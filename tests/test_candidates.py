@@ -209,6 +209,46 @@ def test_the_queue_slo_library_decides_first_as_its_planner_then_solves_only_new
     assert all(isinstance(cv, dict) and set(cv) == set(policy.smoothed_rps) for cv in solves)
 
 
+def test_the_offered_queue_slo_library_weighs_only_the_offered_candidates_and_solves_no_milp_to_decide(monkeypatch):
+    from rlsched.agents.baselines import apply, make_policy
+    from rlsched.agents import candidates as offering
+    from rlsched.agents.baselines.planners import QueueSloLibrary
+
+    offered_slots = 4  # fewer than default's candidates (12 or more), so that the offer cuts
+    monkeypatch.setattr(offering, "CANDIDATES", offered_slots)
+    env = GpuShareEnv("default")
+    observation, _ = env.reset(seed=0)
+    policy = make_policy("queue-slo-offered")
+    policy.reset(env)
+    observation, *_ = apply(env, policy.act(observation, env))  # the node's first move is the MILP's
+    seeded = list(policy.library.configurations)
+    monkeypatch.setattr(policy.library, "_solve", lambda windows, running, rate_cv=None: seeded[0])
+    milp_answers: list[object] = []
+    monkeypatch.setattr(policy.planner, "plan", lambda *args, **kwargs: milp_answers.append(args) or None)
+    weighed: list[tuple[list, np.ndarray]] = []
+    objective = policy._objective
+
+    def recorded(candidates, *args):
+        result = objective(candidates, *args)
+        weighed.append((candidates, result[0]))
+        return result
+
+    monkeypatch.setattr(policy, "_objective", recorded)
+    moves = 0
+    for _ in range(12):
+        running = env.current
+        decision = policy.act(observation, env)
+        candidates, values = weighed[-1]
+        assert candidates[0] == running and len(candidates) <= offered_slots
+        assert decision == candidates[int(np.argmax(values))]  # the daemon objective's best of the offered
+        moves += decision != running
+        observation, *_ = apply(env, decision)
+    assert milp_answers == []  # no MILP in a decision: only the library's solves for new loads
+    assert len(weighed) == 12 and moves >= 1
+    # The whole candidate set is larger than what is offered: the plain model's ranking cut it.
+    assert len(QueueSloLibrary._candidates(policy, env, env.current, policy.lookahead, observed_load(env)[1], {})) > offered_slots
+
+
 def test_the_candidate_observation_has_the_same_size_on_any_node():
     shapes = set()
     for scenario in (TINY, TWO_GPUS):

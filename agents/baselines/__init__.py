@@ -15,12 +15,12 @@ from rlsched.agents.baselines.hedge import MigratorHedge, MigratorHedgeGroupings
 from rlsched.agents.baselines.hindsight import Hindsight, StaticBest, StaticBestRankings, StaticBestSlo, StaticProfiled
 from rlsched.agents.baselines.igniter import Igniter
 from rlsched.agents.baselines.miso import Miso
-from rlsched.agents.baselines.planners import MigratorBurst, MigratorIlp, MigratorPriorityFill, MigratorPriorityFillHeld, MigratorQueue, MigratorQueueSlo, MigratorQueueSloLong, ParisElsa, PlannerLibrary, PlannerLibraryHurdle, QueueSloLibrary
+from rlsched.agents.baselines.planners import MigratorBurst, MigratorIlp, MigratorPriorityFill, MigratorPriorityFillHeld, MigratorQueue, MigratorQueueSlo, MigratorQueueSloLong, ParisElsa, PlannerLibrary, PlannerLibraryHurdle, QueueSloLibrary, QueueSloOffered
 from rlsched.agents.baselines.static import StaticEqual
 from rlsched.errors import ConfigError
 
 #: Name -> policy class, in the order tables list them.
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, StaticProfiled, StaticBest, StaticBestRankings, StaticBestSlo, MigratorIlp, MigratorPriorityFill, MigratorPriorityFillHeld, MigratorQueue, MigratorQueueSlo, MigratorQueueSloLong, MigratorBurst, MigratorHedge, MigratorHedgeMps, MigratorHedgeQueue, MigratorHedgeGroupings, MigratorHedgeLoad, PlannerLibrary, PlannerLibraryHurdle, QueueSloLibrary, Igniter, Miso, ParisElsa, Ekya, Fikit, Hindsight)}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (StaticEqual, StaticProfiled, StaticBest, StaticBestRankings, StaticBestSlo, MigratorIlp, MigratorPriorityFill, MigratorPriorityFillHeld, MigratorQueue, MigratorQueueSlo, MigratorQueueSloLong, MigratorBurst, MigratorHedge, MigratorHedgeMps, MigratorHedgeQueue, MigratorHedgeGroupings, MigratorHedgeLoad, PlannerLibrary, PlannerLibraryHurdle, QueueSloLibrary, QueueSloOffered, Igniter, Miso, ParisElsa, Ekya, Fikit, Hindsight)}
 
 
 def make_policy(name: str) -> Policy:

@@ -23,14 +23,12 @@ import numpy as np
 
 from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
-from rlsched.agents.candidates import CandidateLibrary, ScoredCandidates
+from rlsched.agents.candidates import BURST_WINDOW, CANDIDATES, CandidateLibrary, ScoredCandidates, offer_slots
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.solver.planner import Planner
 from rlsched.workloads.tenants import Priority
 
-#: Candidates offered per decision (slot 0: keep the running configuration).
-CANDIDATES = 12
 #: Per candidate, in order. ``gain_*``: predicted objective minus keeping's, at the EWMA
 #: forecast (the planner's), at the last interval's rates and at the burst rates (the largest
 #: of the last :data:`BURST_WINDOW` intervals); ``cost``: the predicted cost of the move;
@@ -42,8 +40,6 @@ CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain_ewma", "gain_last", "gain_b
 #: high-priority tenants' SLO attainment last interval. Nothing says how far an episode has
 #: run: a deployed node runs on, so the policy must not learn the end of a training episode.
 GLOBAL_FEATURES: tuple[str, ...] = ("since_change", "burst_ratio", "slo_attainment_high")
-#: Intervals of measured rates the burst forecast takes its maximum over.
-BURST_WINDOW = 6
 #: Intervals after which "since the last change" reads 1.
 SINCE_CHANGE_SCALE = 30.0
 #: Every feature is clipped to [-FEATURE_LIMIT, FEATURE_LIMIT].
@@ -69,22 +65,6 @@ def moved_fraction(config: Configuration, current: Configuration) -> float:
     changed = sum(config.placements.get(n) != current.placements[n] or
                   config.layouts[current.placements[n].gpu_index] != current.layouts[current.placements[n].gpu_index] for n in names)
     return changed / max(len(names), 1)
-
-
-def offer_slots(gains: list[np.ndarray]) -> list[int]:
-    """The candidates offered: keep (index 0), then the best under each forecast of ``gains``
-    (each candidate's predicted gain over keeping under the EWMA forecast, under the burst one)
-    in turn, until :data:`CANDIDATES`."""
-    # While fewer than CANDIDATES are offered, an order's first CANDIDATES + 1 entries hold one
-    # not offered yet: the rest of the order is never read.
-    orders = [np.argsort(-g, kind="stable")[: CANDIDATES + 1].tolist() for g in gains]
-    offered = [0]
-    while len(offered) < min(CANDIDATES, len(gains[0])):
-        for order in orders:
-            nxt = next((i for i in order if i not in offered), None)
-            if nxt is not None and len(offered) < CANDIDATES:
-                offered.append(int(nxt))
-    return offered
 
 
 def candidate_observation(offered: list[int], gain_ewma: np.ndarray, gain_burst: np.ndarray, gain_last: np.ndarray, cost: np.ndarray,
