@@ -99,12 +99,17 @@ class CandidateLibrary:
     :param from_running: solve every load from the configuration running when it was asked
         for (an entry is then a move the planner would make from there), not only on a node
         of several GPUs (see :meth:`_solve`)
+    :param solve_ahead: with each new load bin, also ask for the bin one step up (every rate
+        times :data:`FORECAST_BIN_RATIO`): the move a rising load will call for, solved before
+        the load gets there (see :meth:`request`)
     """
 
-    def __init__(self, env: GpuShareEnv, planner: Planner, background: bool = False, from_running: bool = False) -> None:
+    def __init__(self, env: GpuShareEnv, planner: Planner, background: bool = False, from_running: bool = False,
+                 solve_ahead: bool = False) -> None:
         self.env = env
         self.planner = planner
         self.from_running = from_running
+        self.solve_ahead = solve_ahead
         self.configurations: list[Configuration] = []
         #: Per entry of :attr:`configurations`: the load bins it was solved for (seed loads: none),
         #: and the decision it last ranked in the top :data:`IN_USE_RANK` under a forecast.
@@ -131,10 +136,24 @@ class CandidateLibrary:
         self.refresh()
 
     def request(self, windows: Windows, rate_cv: Mapping[str, float] | None = None) -> None:
-        """Ask for the planner's solution of ``windows`` if its bin is new (joins at :meth:`refresh`).
+        """Ask for the planner's solution of ``windows`` if its bin is new (joins at :meth:`refresh`);
+        with :attr:`solve_ahead`, also for ``windows`` one bin up.
+
+        Why ahead: a bin's solution is the planner's answer at the load it was asked for (from
+        the configuration then running), on a rising load often to keep; the move the next
+        interval's load calls for is then not in the library. On train-retrain (seed 0) a bin's
+        solution was to keep, and one interval later the library without a MILP check moved
+        resnet and bert into one 3g where the MILP put them apart. Solving ahead, it earned
+        0.983x what the MILP check does on train-retrain (seeds 0-1), against 0.958x
+        (docs/history-candidate-policy.md, stop 79).
 
         :param rate_cv: the forecast's spread per tenant (the planner's ``rate_cv``; None: steady)
         """
+        self._request(windows, rate_cv)
+        if self.solve_ahead:
+            self._request([{n: r * FORECAST_BIN_RATIO for n, r in w.items()} for w in windows], rate_cv)
+
+    def _request(self, windows: Windows, rate_cv: Mapping[str, float] | None) -> None:
         key = self.bin_of(windows)
         if key not in self.seen_bins:
             self.seen_bins.add(key)

@@ -764,12 +764,14 @@ class QueueSloLibrary(MigratorQueueSlo):
     name = "queue-slo-library"
     #: A move the library shows is weighed beside the MILP's answer from the running configuration.
     milp_check: ClassVar[bool] = True
+    #: The library also solves each new load one bin up (:class:`~rlsched.agents.candidates.CandidateLibrary`).
+    solve_ahead: ClassVar[bool] = False
 
     def reset(self, env: GpuShareEnv) -> None:
         super().reset(env)
         # Solved from the running configuration: on heldout-deploy (seed 0) entries solved from
         # nothing earned 1,531,218 and these 2,330,987 (docs/history-candidate-policy.md, stop 76).
-        self.library = CandidateLibrary(env, self.planner, from_running=True)
+        self.library = CandidateLibrary(env, self.planner, from_running=True, solve_ahead=self.solve_ahead)
         self.library.seed(self.lookahead)
         self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
         self.planned_first = False
@@ -835,7 +837,6 @@ class QueueSloLibrary(MigratorQueueSlo):
         return move_objective(assessed), assessed
 
 
-
 class QueueSloOffered(QueueSloLibrary):
     """``queue-slo-library`` choosing among the few candidates a learned chooser is offered,
     without a MILP in the decision: the daemon planner's objective on a decision's budget.
@@ -847,31 +848,28 @@ class QueueSloOffered(QueueSloLibrary):
     :data:`~rlsched.agents.candidates.CANDIDATES` in all, as
     :func:`~rlsched.agents.candidates.offer_slots` offers a candidate-choice network. Only
     those are valued with ``migrator-queue-slo``'s objective (the queue model, the SLO guards,
-    the move's cost and payback hurdle), and the best is applied. A move is not weighed
-    against a fresh MILP answer: the library's solves for new loads are the only MILPs, and a
-    daemon runs them beside its loop. The node's first decision is the MILP's.
+    the move's cost and payback hurdle), and the best is applied. The node's first decision is
+    the MILP's. After it, the only MILPs are the library's solves for new loads, which a daemon
+    runs beside its loop: each new load bin and the bin one step up (``solve_ahead``), in
+    place of ``queue-slo-library``'s MILP check of a move.
 
-    Why: on the twelve held-out traces of ``scripts/bench_traces.py`` the same candidates
-    chosen by the plain model's objective earn 0.817x ``migrator-queue-slo``, and chosen by
-    this one 1.001x (docs/history-candidate-policy.md, stop 79): what the daemon's planner
-    adds on bursty traffic is its objective, not its candidates, and the plain model is good
-    enough to say which few candidates that objective must weigh.
+    Why (docs/history-candidate-policy.md, stop 79, the twelve held-out traces of
+    ``scripts/bench_traces.py``, against ``migrator-queue-slo``):
 
-    Measured (stop 79, seeds 0-1, against ``migrator-queue-slo``'s recorded episodes): 0.970x
-    on the held-out suite. It loses on heldout-retrain (0.810x) what ``queue-slo-library``'s
-    MILP check of a move keeps: on train-retrain it earns exactly what the library without the
-    check did at stop 77 (1,042,213 against 1,090,485 with it, seed 0). Two ways to keep the MILP
-    out of the decision were screened there and not kept: its answer from one interval before,
-    offered beside the others, earned the same (1,043,129); deferring a move one interval for a
-    fresh answer kept most of it (1,068,192) but cost 5% on the held-out traces (0.946x).
-    Decision p50 about 19 ms on
-    ``default`` and 59 ms on 8 GPUs / 32 tenants without the library's solves
-    (``scripts/bench_decisions.py --policies queue-slo-offered``), against 299 and 2,543 ms
-    for ``migrator-queue-slo``.
+    - the same candidates chosen by the plain model's objective earn 0.817x, and chosen by
+      this one 1.001x: what the daemon's planner adds on bursty traffic is its objective, not
+      its candidates;
+    - with the MILP check kept, the twelve offered slots give ``queue-slo-library``'s episodes
+      to the unit: the plain model is good enough to say which few candidates that objective
+      must weigh (four slots are too few: 0.981x);
+    - without the check and without solving ahead it lost 4% on train-retrain (seeds 0-1)
+      against ``queue-slo-library``, as the library without its check did at stop 77; solving
+      ahead it loses 1.7%, and earns 1.009x on the traces.
     """
 
     name = "queue-slo-offered"
     milp_check = False
+    solve_ahead = True
 
     def reset(self, env: GpuShareEnv) -> None:
         super().reset(env)
@@ -892,6 +890,7 @@ class QueueSloOffered(QueueSloLibrary):
             objective = move_objective(self.ranking_planner.assess_many(candidates, windows, current, accuracy))
             gains.append(objective - objective[0])
         return [candidates[i] for i in offer_slots(gains)]
+
 
 def move_objective(assessed: Sequence[tuple[float, float, float]]) -> np.ndarray:
     """The objective a library planner chooses by, per candidate, from ``Planner.assess_many``'s
