@@ -53,6 +53,22 @@ def test_a_new_load_joins_at_the_next_refresh_and_is_solved_once(library):
     assert library.pending == [] and len(library.configurations) >= size
 
 
+def test_a_library_solving_ahead_also_solves_the_load_one_bin_up(library):
+    from rlsched.agents.candidates import FORECAST_BIN_RATIO
+
+    library.solve_ahead = True
+    windows = _windows(library, 40.0)
+    up = _windows(library, 40.0 * FORECAST_BIN_RATIO)
+    solves = library.solves
+    library.request(windows)
+    assert library.solves == solves + 2  # the load's bin and the bin a rising load enters next
+    assert {CandidateLibrary.bin_of(windows), CandidateLibrary.bin_of(up)} <= library.seen_bins
+    library.request(up)  # the load rose one bin: solved already, and one bin further up is new
+    assert library.solves == solves + 3
+    library.refresh()
+    assert library.pending == []
+
+
 def test_the_library_is_bounded_and_an_entry_dropped_for_room_is_solved_again(library, monkeypatch):
     import rlsched.agents.candidates as candidates
 
