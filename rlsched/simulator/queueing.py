@@ -436,18 +436,13 @@ def replay_on_time_fraction(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np
 
     :returns: on-time fraction in [0, 1]; 1 with no rate or fewer than two arrivals
     """
-    replayed = _replay(arrivals_s, rate_rps, mean_ms, batch_max, timeout_ms, slo_ms, queue_timeout_ms)
-    if replayed is None:
-        return 1.0
-    out, _ = replayed
-    answered = out[O_COMPLETED] + out[O_DROPPED]
-    return float(out[O_ON_TIME] / answered) if answered > 0 else 1.0
-
+    return float(replay_on_time_fractions(arrivals_s, np.array([rate_rps]), mean_ms, batch_max, timeout_ms, slo_ms, queue_timeout_ms)[0])
 
 
 def replay_on_time_fractions(arrivals_s: np.ndarray, rates_rps: np.ndarray, mean_ms: np.ndarray, batch_max: int, timeout_ms: float,
                              slo_ms: float, queue_timeout_ms: float | None = None) -> np.ndarray:
-    """:func:`replay_on_time_fraction` at each of ``rates_rps`` (the same numbers, one compiled call)."""
+    """:func:`replay_on_time_fraction` at each of ``rates_rps``, in one compiled call (a planner's
+    SLO guard replays one log at several rates per placement)."""
     rates_rps = np.asarray(rates_rps, dtype=float)
     replayed = _replay_rates(arrivals_s, rates_rps, mean_ms, batch_max, timeout_ms, slo_ms, queue_timeout_ms)
     if replayed is None:
