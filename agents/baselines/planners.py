@@ -849,9 +849,11 @@ class QueueSloOffered(QueueSloLibrary):
     :func:`~rlsched.agents.candidates.offer_slots` offers a candidate-choice network. Only
     those are valued with ``migrator-queue-slo``'s objective (the queue model, the SLO guards,
     the move's cost and payback hurdle), and the best is applied. The node's first decision is
-    the MILP's. After it, the only MILPs are the library's solves for new loads, which a daemon
-    runs beside its loop: each new load bin and the bin one step up (``solve_ahead``), in
-    place of ``queue-slo-library``'s MILP check of a move.
+    the MILP's. After it, the only MILPs are the library's solves for new loads: each new load
+    bin and the bin one step up (``solve_ahead``), in place of ``queue-slo-library``'s MILP
+    check of a move. This class solves them at once, in evaluation and in ``rlsched serve``
+    alike; they need no decision's result, so a deployment could run them on a worker thread
+    as ``candidate-ppo``'s library does, but that is not built for the queue planner.
 
     Why (docs/history-candidate-policy.md, stop 79, the twelve held-out traces of
     ``scripts/bench_traces.py``, against ``migrator-queue-slo``):
