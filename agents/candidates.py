@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -258,3 +259,17 @@ def offer_slots(gains: list[np.ndarray]) -> list[int]:
             if nxt is not None and len(offered) < CANDIDATES:
                 offered.append(int(nxt))
     return offered
+
+
+class BurstForecast:
+    """The burst forecast a candidate offer ranks under (:func:`offer_slots`): per inference
+    tenant, the largest of its last :data:`BURST_WINDOW` intervals' measured arrival rates,
+    requests/s."""
+
+    def __init__(self) -> None:
+        self.history: deque[dict[str, float]] = deque(maxlen=BURST_WINDOW)
+
+    def record(self, last_rps: Mapping[str, float]) -> dict[str, float]:
+        """Add the last interval's measured rates; the burst rates, for the tenants of ``last_rps``."""
+        self.history.append(dict(last_rps))
+        return {n: max(h[n] for h in self.history) for n in last_rps}

@@ -15,7 +15,7 @@ import numpy as np
 from rlsched.agents.baselines.base import (HIGH_PRIORITY_SLO_TARGET, CapacityModel, Policy, arrival_rates_rps, equal_shares, intervals_left,
                                            measured_arrival_rates, measured_service, observed_load, sized_requests)
 from rlsched.agents.baselines.hindsight import layout_candidates
-from rlsched.agents.candidates import BURST_WINDOW, CandidateLibrary, offer_slots
+from rlsched.agents.candidates import BurstForecast, CandidateLibrary, offer_slots
 from rlsched.decision import Configuration, SharingMode
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.hardware import load_gpu
@@ -888,15 +888,14 @@ class QueueSloOffered(QueueSloLibrary):
         super().reset(env)
         # The plain model that ranks the candidates (the offer), beside the queue planner that chooses.
         self.ranking_planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, payback_margin=True)
-        self.recent_rates: deque[dict[str, float]] = deque(maxlen=BURST_WINDOW)
+        self.bursts_offered = BurstForecast()
 
     def _candidates(self, env: GpuShareEnv, current: Configuration, lookahead: int, backlog: dict[str, float],
                     accuracy: dict[str, float]) -> list[Configuration]:
         candidates = super()._candidates(env, current, lookahead, backlog, accuracy)
         smoothed = arrival_rates_rps(env)
         measured = measured_arrival_rates(env.backend.observe())
-        self.recent_rates.append({n: float(measured.get(n, r)) for n, r in smoothed.items()})
-        burst = {n: max(m[n] for m in self.recent_rates) for n in smoothed}
+        burst = self.bursts_offered.record({n: float(measured.get(n, r)) for n, r in smoothed.items()})
         gains = []
         for rates in (smoothed, burst):
             windows = self.ranking_planner.forecast([rates] * lookahead, backlog)

@@ -15,7 +15,6 @@ and any GPU type: the node's shape never enters the observation's size.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 import gymnasium as gym
@@ -23,7 +22,7 @@ import numpy as np
 
 from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
-from rlsched.agents.candidates import BURST_WINDOW, CANDIDATES, CandidateLibrary, ScoredCandidates, offer_slots
+from rlsched.agents.candidates import CANDIDATES, BurstForecast, CandidateLibrary, ScoredCandidates, offer_slots
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.solver.planner import Planner
@@ -31,7 +30,7 @@ from rlsched.workloads.tenants import Priority
 
 #: Per candidate, in order. ``gain_*``: predicted objective minus keeping's, at the EWMA
 #: forecast (the planner's), at the last interval's rates and at the burst rates (the largest
-#: of the last :data:`BURST_WINDOW` intervals); ``cost``: the predicted cost of the move;
+#: of the last :data:`~rlsched.agents.candidates.BURST_WINDOW` intervals); ``cost``: the predicted cost of the move;
 #: ``value``: predicted Goodput at the EWMA forecast; ``rank``: by ``gain_ewma`` (0 best);
 #: ``moved``: fraction of tenants whose placement changes.
 CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain_ewma", "gain_last", "gain_burst", "cost", "value", "rank", "moved")
@@ -113,7 +112,7 @@ class CandidateObserver:
         requests = sum(t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()) * interval_s
         #: Requests per interval at the mean rates (>= 1): the unit of rewards and Goodput features.
         self.reward_scale = max(requests, 1.0)
-        self.history: deque[dict[str, float]] = deque(maxlen=BURST_WINDOW)
+        self.bursts = BurstForecast()
         self.since_change = 0
         self.last_configuration: Configuration | None = env.current
         self.scored: ScoredCandidates | None = None
@@ -151,8 +150,7 @@ class CandidateObserver:
         self.last_configuration = env.current
         self.library.refresh()
         rates, backlog, accuracy, last, attainment = read_node(env)
-        self.history.append(last)
-        burst = {n: max(h[n] for h in self.history) for n in rates}
+        burst = self.bursts.record(last)
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
         self.library.request(windows)
         at_burst_rates = self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog)

@@ -44,8 +44,9 @@ import gymnasium as gym
 import numpy as np
 
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
-from rlsched.agents.ppo.candidate_env import (BURST_WINDOW, CANDIDATE_FEATURES, CANDIDATES, FEATURE_LIMIT, GLOBAL_FEATURES,
-                                              CandidateChoiceEnv, CandidateObserver, candidate_observation, moved_fraction, offer_slots, read_node)
+from rlsched.agents.candidates import BURST_WINDOW, CANDIDATES, offer_slots
+from rlsched.agents.ppo.candidate_env import (CANDIDATE_FEATURES, FEATURE_LIMIT, GLOBAL_FEATURES, CandidateChoiceEnv, CandidateObserver,
+                                              candidate_observation, moved_fraction, read_node)
 from rlsched.agents.ppo.expected_ppo import ACTION_ADVANTAGES_KEY
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
