@@ -522,6 +522,27 @@ def test_the_steady_table_takes_one_dispersion_per_rate(default_env, planner):
     assert table == pytest.approx(one_by_one)
 
 
+@pytest.mark.parametrize("queue_timeout_ms", [None, 500.0])
+def test_a_varying_rate_table_answers_each_rate_and_level_as_asked_alone(default_env, queue_timeout_ms):
+    """The compiled on-time table (rates spread over quantiles, capped at a ceiling, a backlog
+    past the capacity) fills each cell as a table of that one rate and level does: no cell
+    depends on its neighbours, whichever of the rates are idle, below or past capacity."""
+    import numpy as np
+
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True)
+    bert = dataclasses.replace(default_env.scenario.tenant("bert"), queue_timeout_ms=queue_timeout_ms)
+    latency = planner.latency_ms(bert, "2g.10gb", 100.0)
+    capacity = 32 * 1000.0 / latency[31]
+    rates = capacity * np.array([0.0, 0.3, 0.7, 0.95, 1.2, 0.5])
+    levels = [4, 16, 32]
+    planner.rate_ceiling_rps = {"bert": 0.9 * capacity}
+    planner.arrival_dispersion = {"bert": 3.0}
+    table = planner.on_time_table(bert, rates, latency, levels, rate_cv=0.8)
+    alone = [[planner.on_time_table(bert, rates[k:k + 1], latency, [b], rate_cv=0.8)[0, 0] for k in range(rates.size)] for b in levels]
+    assert np.array_equal(table, np.array(alone))
+    assert table[2, 0] == 1.0 and table[2, 4] == 0.0 and 0.0 < table[2, 3] < table[2, 2] < table[2, 1] <= 1.0
+
+
 def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_env):
     """The fit finds the dispersion whose predicted on-time fractions match those measured, where
     the node ran near capacity; far from it, where any dispersion predicts the same, it keeps the
