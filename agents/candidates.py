@@ -20,8 +20,10 @@ Where the library comes from:
 
 Where the solve runs: in evaluation and training, at once, in the decision's own time (so an
 episode is reproducible; the report counts the solves' time apart). With ``background=True``
-(the daemon) on a worker thread beside the decision loop; a solution joins at the first
-decision after it is done, and the decision never waits for it.
+(the daemon) on a worker thread beside the decision loop, by a snapshot of the planner taken
+when the load was asked for (:meth:`~rlsched.solver.planner.Planner.snapshot`); a solution
+joins at the first decision after it is done, and the decision never waits for it. Where each
+solve is done before the next decision, the decisions are those of the solves made at once.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ MIN_BINNED_RATE_RPS = 1e-3
 #: are solved again if they come back). 64 measured on the held-out suite, seeds 0-1
 #: (library planner): 24 and 32 lost 1.2-2.4% on heldout-deploy, 64 nothing anywhere.
 MAX_LIBRARY_ENTRIES = 64
+#: Solves a library with a worker (``background``) keeps unfinished at most. A new load asked for
+#: beyond them is not queued, and is asked for again at the next decision while it lasts: where
+#: solves take longer than the decision interval (a large node) a queue would only grow, and
+#: its answers would be for loads long gone. Two: a new load and the one a bin up (``solve_ahead``).
+MAX_UNFINISHED_SOLVES = 2
 #: An entry ranked this high (by the planner's objective) under a forecast is in use.
 IN_USE_RANK = 3
 #: Candidates offered to a chooser per decision (slot 0: keep the running configuration).
@@ -122,9 +129,6 @@ class CandidateLibrary:
         self.solves = 0
         self.solve_ms = 0.0
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="candidate-library") if background else None
-        # The worker solves with its own planner: the decision loop values candidates with
-        # ``planner`` (and fills its caches) meanwhile.
-        self.solver = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib) if background else planner
         self.running: list[tuple[Future[Configuration], tuple[int, ...]]] = []
 
     def seed(self, windows_count: int) -> None:
@@ -156,12 +160,16 @@ class CandidateLibrary:
 
     def _request(self, windows: Windows, rate_cv: Mapping[str, float] | None) -> None:
         key = self.bin_of(windows)
-        if key not in self.seen_bins:
+        if key in self.seen_bins:
+            return
+        if self.worker is None:
             self.seen_bins.add(key)
-            if self.worker is None:
-                self.pending.append((self._solve(windows, self.env.current, rate_cv), key))
-            else:
-                self.running.append((self.worker.submit(self._solve, list(windows), self.env.current, rate_cv), key))
+            self.pending.append((self._solve(windows, self.env.current, rate_cv), key))
+        elif len(self.running) < MAX_UNFINISHED_SOLVES:
+            self.seen_bins.add(key)
+            # The worker solves with a snapshot of the planner as it stands: the decision loop
+            # goes on valuing candidates with ``planner`` (and sets its next interval's state) meanwhile.
+            self.running.append((self.worker.submit(self._solve, list(windows), self.env.current, rate_cv, self.planner.snapshot()), key))
 
     def add(self, configuration: Configuration) -> None:
         """Add a solution the planner made outside the library's own solves (e.g. a decision's
@@ -230,16 +238,17 @@ class CandidateLibrary:
         cost[0] = 0.0
         return ScoredCandidates(list(candidates), value, cost)
 
-    def _solve(self, windows: Windows, running: Configuration | None, rate_cv: Mapping[str, float] | None = None) -> Configuration:
+    def _solve(self, windows: Windows, running: Configuration | None, rate_cv: Mapping[str, float] | None = None,
+               solver: Planner | None = None) -> Configuration:
         """The planner's configuration for ``windows``; ``running``: the node's configuration
-        when the solve was asked for."""
+        when the solve was asked for; ``solver``: the planner that solves (default :attr:`planner`)."""
         started = time.perf_counter()
         # By default an entry is the best configuration for its load, not the best move from the
         # running one (the scoring prices the move); a node of several GPUs is still planned from
         # the running one (one MILP per GPU: the joint MILP over symmetric GPUs takes seconds).
         # ``from_running`` plans from it on one GPU too (``queue-slo-library``).
         current = None if self.env.scenario.gpu_count == 1 and not self.from_running else running
-        configuration = self.solver.plan(list(windows), current, rate_cv=rate_cv).configuration
+        configuration = (solver or self.planner).plan(list(windows), current, rate_cv=rate_cv).configuration
         self.solves += 1
         self.solve_ms += (time.perf_counter() - started) * 1e3
         return configuration

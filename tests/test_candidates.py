@@ -69,6 +69,85 @@ def test_a_library_solving_ahead_also_solves_the_load_one_bin_up(library):
     assert library.pending == []
 
 
+def test_a_library_with_a_worker_keeps_at_most_two_solves_unfinished_and_asks_again_for_a_load_it_turned_away(monkeypatch):
+    """A daemon's library (``background``) solves beside the decision loop; while two solves are
+    unfinished a new load is not queued, nor marked seen: it is asked for again while it lasts."""
+    import threading
+
+    from rlsched.agents.candidates import MAX_UNFINISHED_SOLVES
+
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    library = CandidateLibrary(env, Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib), background=True)
+    library.seed(MIGRATOR_LOOKAHEAD)
+    release = threading.Event()
+    solve = library._solve
+    solvers: list[Planner] = []
+
+    def held(windows, running, rate_cv=None, solver=None):
+        solvers.append(solver)
+        release.wait(timeout=60)
+        return solve(windows, running, rate_cv, solver)
+
+    monkeypatch.setattr(library, "_solve", held)
+    loads = [_windows(library, scale) for scale in (40.0, 60.0, 90.0)]
+    for windows in loads:
+        library.request(windows)
+    assert MAX_UNFINISHED_SOLVES == 2 and len(library.running) == 2
+    assert CandidateLibrary.bin_of(loads[2]) not in library.seen_bins  # turned away, not forgotten as seen
+    release.set()
+    for future, _ in library.running:
+        future.result(timeout=60)
+    library.refresh()
+    assert library.running == [] and library.pending == []
+    library.request(loads[2])  # the load lasts: asked for again, and queued now
+    assert len(library.running) == 1
+    library.running[0][0].result(timeout=60)
+    # Each solve had its own snapshot of the planner, not the planner the decision loop goes on with.
+    assert len(solvers) == 3 and all(s is not None and s is not library.planner for s in solvers)
+
+
+def test_the_queue_planner_s_library_solving_on_a_worker_decides_as_solving_at_once():
+    """``queue-slo-offered`` as the daemon runs it (its library's solves on the worker thread,
+    each done before the next decision, as a 10 s interval allows) makes the decisions it makes
+    with the solves made at once in the decision."""
+    from concurrent.futures import wait
+
+    from rlsched.agents.baselines import apply, make_policy
+
+    def decisions(background: bool) -> tuple[list[str], int]:
+        env = GpuShareEnv(TINY)
+        observation, _ = env.reset(seed=1)
+        policy = make_policy("queue-slo-offered")
+        policy.background_solves = background
+        policy.reset(env)
+        assert (policy.library.worker is not None) == background
+        seeded = policy.library.solves
+        made = []
+        for _ in range(8):
+            decision = policy.act(observation, env)
+            wait([future for future, _ in policy.library.running])
+            made.append(repr(decision))
+            observation, *_ = apply(env, decision)
+        return made, policy.library.solves - seeded
+
+    at_once, worker = decisions(False), decisions(True)
+    assert at_once == worker and worker[1] > 0  # it did solve new loads on the way
+
+
+def test_the_daemon_runs_the_queue_planner_s_library_solves_on_its_worker(tmp_path):
+    """``rlsched serve --policy queue-slo-offered`` decides with its library solving beside the loop."""
+    from rlsched.daemon.config import DaemonConfig
+    from rlsched.daemon.loop import Daemon
+
+    config = DaemonConfig(scenario=TINY, backend="sim", policy="queue-slo-offered", cycles=4, metrics_addr=None,
+                          perf_model="calibrated", source=str(tmp_path / "daemon.yaml"), logdir=str(tmp_path / "tb"))
+    daemon = Daemon(config)
+    assert daemon.run() == 0
+    assert daemon.cycle == 4 and daemon.fallbacks == 0
+    assert daemon.guard.policy.name == "queue-slo-offered" and daemon.guard.policy.library.worker is not None
+
+
 def test_the_library_is_bounded_and_an_entry_dropped_for_room_is_solved_again(library, monkeypatch):
     import rlsched.agents.candidates as candidates
 

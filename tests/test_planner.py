@@ -543,6 +543,20 @@ def test_a_varying_rate_table_answers_each_rate_and_level_as_asked_alone(default
     assert table[2, 0] == 1.0 and table[2, 4] == 0.0 and 0.0 < table[2, 3] < table[2, 2] < table[2, 1] <= 1.0
 
 
+def test_a_snapshot_plans_with_the_state_it_was_taken_with(default_env):
+    """A candidate library's worker solves with a snapshot: what the policy sets on the planner
+    for the next interval afterwards does not reach it."""
+    planner = Planner(default_env.scenario, default_env.backend.perf_model, default_env.backend.memory_gib, queueing_tail=True)
+    planner.arrival_dispersion = {"resnet": 1.0}
+    snapshot = planner.snapshot()
+    before = planner.plan(RATES[0]).configuration
+    planner.arrival_dispersion["resnet"] = 400.0  # in place, as a policy may update it
+    planner.rate_ceiling_rps["resnet"] = 1.0
+    assert planner.plan(RATES[0]).configuration != before  # the change matters to this planner...
+    assert snapshot.plan(RATES[0]).configuration == before  # ...and not to the snapshot
+    assert snapshot.arrival_dispersion == {"resnet": 1.0} and snapshot.rate_ceiling_rps == {}
+
+
 def test_the_dispersion_fit_recovers_the_dispersion_the_node_served_at(default_env):
     """The fit finds the dispersion whose predicted on-time fractions match those measured, where
     the node ran near capacity; far from it, where any dispersion predicts the same, it keeps the

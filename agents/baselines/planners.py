@@ -669,6 +669,8 @@ class PlannerLibrary(Policy):
     """
 
     name = "planner-library"
+    #: Solve new loads on the library's worker thread (the daemon sets it; see :class:`CandidateLibrary`).
+    background_solves = False
 
     def make_planner(self, env: GpuShareEnv) -> Planner:
         """The planner whose solutions fill the library and whose model values them."""
@@ -676,7 +678,7 @@ class PlannerLibrary(Policy):
 
     def reset(self, env: GpuShareEnv) -> None:
         self.planner = self.make_planner(env)
-        self.library = CandidateLibrary(env, self.planner)
+        self.library = CandidateLibrary(env, self.planner, background=self.background_solves)
         self.library.seed(MIGRATOR_LOOKAHEAD)
         self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
 
@@ -766,12 +768,14 @@ class QueueSloLibrary(MigratorQueueSlo):
     milp_check: ClassVar[bool] = True
     #: The library also solves each new load one bin up (:class:`~rlsched.agents.candidates.CandidateLibrary`).
     solve_ahead: ClassVar[bool] = False
+    #: Solve new loads on the library's worker thread (the daemon sets it; see :class:`CandidateLibrary`).
+    background_solves = False
 
     def reset(self, env: GpuShareEnv) -> None:
         super().reset(env)
         # Solved from the running configuration: on heldout-deploy (seed 0) entries solved from
         # nothing earned 1,531,218 and these 2,330,987 (docs/history-candidate-policy.md, stop 76).
-        self.library = CandidateLibrary(env, self.planner, from_running=True, solve_ahead=self.solve_ahead)
+        self.library = CandidateLibrary(env, self.planner, background=self.background_solves, from_running=True, solve_ahead=self.solve_ahead)
         self.library.seed(self.lookahead)
         self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
         self.planned_first = False
@@ -779,12 +783,21 @@ class QueueSloLibrary(MigratorQueueSlo):
     def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
                 accuracy: dict[str, float]) -> tuple[Plan, Configuration]:
         windows = self.planner.forecast([rates] * lookahead, backlog)
-        current = env.current
         self.library.refresh()
+        self.report["library_size"] = len(self.library.configurations)
+        decided = self._decide_from_library(env, lookahead, rates, backlog, accuracy, windows)
+        # A new load's solve is asked for once the decision is made: it needs nothing of the
+        # decision, and on the daemon's worker thread it would otherwise compete with it for the
+        # interpreter (default, stop 80: decisions that asked for a solve took 18-36 ms, not 7).
         solves = self.library.solves
         self.library.request(windows, self.spread)
         self.report["planner_solves"] += self.library.solves - solves
-        self.report["library_size"] = len(self.library.configurations)
+        return decided
+
+    def _decide_from_library(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
+                             accuracy: dict[str, float], windows: list[dict[str, float]]) -> tuple[Plan, Configuration]:
+        """:meth:`_decide` once the library is refreshed: the MILP's first decision, then the best candidate."""
+        current = env.current
         if not self.planned_first:
             # The node's first decision is the MILP's, from whatever runs (nothing, or what ran
             # before rlsched): the library's seeds are not moves from there, and a weak first
@@ -851,9 +864,9 @@ class QueueSloOffered(QueueSloLibrary):
     the move's cost and payback hurdle), and the best is applied. The node's first decision is
     the MILP's. After it, the only MILPs are the library's solves for new loads: each new load
     bin and the bin one step up (``solve_ahead``), in place of ``queue-slo-library``'s MILP
-    check of a move. This class solves them at once, in evaluation and in ``rlsched serve``
-    alike; they need no decision's result, so a deployment could run them on a worker thread
-    as ``candidate-ppo``'s library does, but that is not built for the queue planner.
+    check of a move. In evaluation they run at once, in the decision; ``rlsched serve`` runs them
+    on the library's worker thread (``background_solves``), with a snapshot of the queue planner,
+    and where each is done before the next decision the decisions are the same.
 
     Why (docs/history-candidate-policy.md, stop 79, the twelve held-out traces of
     ``scripts/bench_traces.py``, against ``migrator-queue-slo``):

@@ -101,7 +101,7 @@ def build_policy(name: str, path: str | None = None, backend: str = "sim", reque
         raise ConfigError("daemon config", "policy", name, "knows the episode in hindsight (an evaluation reference, not a deployable policy); "
                           "static-profiled holds a configuration chosen on past traffic")
     policy = make_policy(name)
-    if hasattr(policy, "background_solves"):  # candidate-ppo: the daemon solves new loads beside its loop
+    if hasattr(policy, "background_solves"):  # a candidate library: the daemon solves new loads beside its loop
         policy.background_solves = True
     return policy
 

@@ -67,6 +67,7 @@ instance is estimated from that GI alone (the simulator charges the GPU's whole 
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from statistics import NormalDist
@@ -258,6 +259,21 @@ def _on_time_kernel(rates_rps: np.ndarray, quantile_multipliers: np.ndarray, cei
             late = _pairwise_sum(excess) / n_quantiles / (capacity_rps - rate_rps) if backlog_late else 0.0
             table[j, k] = max(_pairwise_sum(weighted) / total_rps - late, 0.0)
     return table
+
+
+_kernels_loaded = False
+
+
+def _load_kernels() -> None:
+    """Load the compiled on-time table and request-log replay once per process, with the
+    argument types the planner passes them: a first call loads each from numba's cache (15-25
+    ms), and no decision should pay for that (the daemon's second decision did: 60 ms on
+    ``default``, against 12 for the next; stop 80)."""
+    global _kernels_loaded
+    if not _kernels_loaded:
+        _on_time_kernel(np.ones(1), _STEADY, math.inf, np.ones(1), np.ones(1, dtype=np.int64), 1.0, True, np.ones(1), True)
+        replay_on_time_fractions(np.array([0.0, 1.0]), np.ones(1), np.ones(1), 1, 1.0, 1.0)
+        _kernels_loaded = True
 
 
 def _batch_beats(value: float, throughput_rps: float, best_value: float, best_throughput_rps: float) -> bool:
@@ -482,6 +498,19 @@ class Planner:
         }
         #: Per tenant, the co-runners ``co_runner_count`` values its shares against, hardest first.
         self._pressing = self._pressing_order() if co_runner_count else {}
+        _load_kernels()
+
+    def snapshot(self) -> Planner:
+        """This planner as it stands, for a solve on another thread (a candidate library's
+        worker): the state the policy sets each interval (rates' spread ceilings, dispersion,
+        request logs, queues, guards, the value model's error) is copied, so the decision
+        loop's next interval does not reach a solve in flight, and so are the caches, which
+        the two threads then fill apart."""
+        planner = copy.copy(self)
+        for name in ("arrival_dispersion", "rate_ceiling_rps", "arrival_log", "queued_requests", "slo_guards", "_curves", "_work"):
+            setattr(planner, name, dict(getattr(self, name)))
+        planner._replayed = {}
+        return planner
 
     # ------------------------------------------------------------------ value table
     def _slices(self, profile: str | None) -> int | None:
@@ -611,8 +640,9 @@ class Planner:
         batch is the smallest that carries the rate under any largest batch B, so it is found
         once; B sets whether it is allowed and the tail."""
         rates_rps = np.asarray(rates_rps, dtype=float)
+        # A fresh array of dispersions: a broadcast (read-only) one is another compiled specialization to load.
         return _on_time_kernel(rates_rps, _STEADY, math.inf, np.asarray(latency_ms, dtype=float), np.asarray(max_batches, dtype=np.int64),
-                               float(tenant.slo_ms), queueing_tail, np.broadcast_to(np.asarray(arrival_dispersion, dtype=float), rates_rps.shape),
+                               float(tenant.slo_ms), queueing_tail, np.array(np.broadcast_to(np.asarray(arrival_dispersion, dtype=float), rates_rps.shape)),
                                math.isinf(tenant.queue_timeout_s))
 
     def _batch_levels(self, tenant: InferenceTenant, profile: str | None, batch: int | None) -> list[int]:
