@@ -34,3 +34,16 @@ def test_gpu_without_mig_is_one_instance():
     layout = parse_layout("", "v100-16gb")
     config = Configuration((layout,), ((SharingMode.MPS,),), {"a": TenantPlacement(0, 0, 50)})
     assert config.problems(["a"]) == []
+
+
+def test_each_tenant_s_gi_mode_and_company_are_read_from_its_placement():
+    config = _config(a=TenantPlacement(0, 0, 60, 8), b=TenantPlacement(0, 0, 40, 4), c=TenantPlacement(0, 2), d=TenantPlacement(0, 1))
+    layout = config.layouts[0]
+    assert config.placed_in == {"a": (0, layout.instances[0], SharingMode.MPS, 2), "b": (0, layout.instances[0], SharingMode.MPS, 2),
+                                "c": (0, layout.instances[2], SharingMode.PRIORITY_FILL, 1),
+                                "d": (0, layout.instances[1], SharingMode.TIME_SLICE, 1)}
+    assert config.tenants_in(0, 0) == ["a", "b"] and config.tenants_in(0, 2) == ["c"] and config.tenants_in(0, 1) == ["d"]
+    config.tenants_in(0, 0).append("e")  # a caller's list: the configuration is unchanged
+    assert config.tenants_in(0, 0) == ["a", "b"]
+    plain = Configuration((parse_layout("", "v100-16gb"),), ((SharingMode.MPS,),), {"a": TenantPlacement(0, 0, 50)})
+    assert plain.placed_in == {"a": (0, None, SharingMode.MPS, 1)}

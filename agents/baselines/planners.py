@@ -909,12 +909,9 @@ class QueueSloOffered(QueueSloLibrary):
         smoothed = arrival_rates_rps(env)
         measured = measured_arrival_rates(env.backend.observe())
         burst = self.bursts_offered.record({n: float(measured.get(n, r)) for n, r in smoothed.items()})
-        gains = []
-        for rates in (smoothed, burst):
-            windows = self.ranking_planner.forecast([rates] * lookahead, backlog)
-            objective = move_objective(self.ranking_planner.assess_many(candidates, windows, current, accuracy))
-            gains.append(objective - objective[0])
-        return [candidates[i] for i in offer_slots(gains)]
+        forecasts = [self.ranking_planner.forecast([rates] * lookahead, backlog) for rates in (smoothed, burst)]
+        objectives = [move_objective(assessed) for assessed in self.ranking_planner.assess_forecasts(candidates, forecasts, current, accuracy)]
+        return [candidates[i] for i in offer_slots([objective - objective[0] for objective in objectives])]
 
 
 def move_objective(assessed: Sequence[tuple[float, float, float]]) -> np.ndarray:

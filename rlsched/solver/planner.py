@@ -640,10 +640,10 @@ class Planner:
         batch is the smallest that carries the rate under any largest batch B, so it is found
         once; B sets whether it is allowed and the tail."""
         rates_rps = np.asarray(rates_rps, dtype=float)
-        # A fresh array of dispersions: a broadcast (read-only) one is another compiled specialization to load.
+        dispersions = np.empty(rates_rps.shape)  # one array type for every call: each is a compiled specialization to load
+        dispersions[:] = arrival_dispersion
         return _on_time_kernel(rates_rps, _STEADY, math.inf, np.asarray(latency_ms, dtype=float), np.asarray(max_batches, dtype=np.int64),
-                               float(tenant.slo_ms), queueing_tail, np.array(np.broadcast_to(np.asarray(arrival_dispersion, dtype=float), rates_rps.shape)),
-                               math.isinf(tenant.queue_timeout_s))
+                               float(tenant.slo_ms), queueing_tail, dispersions, math.isinf(tenant.queue_timeout_s))
 
     def _batch_levels(self, tenant: InferenceTenant, profile: str | None, batch: int | None) -> list[int]:
         """The batches an option is valued at: ``batch``, or (None) every level that fits the GI."""
@@ -1224,8 +1224,7 @@ class Planner:
         """(tenant, GI profile, share, batch, co-runner count) of tenant ``name``'s MPS placement:
         what its option value depends on, at given rates."""
         p = configuration.placements[name]
-        layout = configuration.layouts[p.gpu_index]
-        gi = layout.instances[p.instance_index] if len(layout) else None
+        gi = configuration.placed_in[name][1]
         return name, gi.profile if gi else None, float(p.mps_pct), p.batch_size, self.sharing(configuration, name)
 
     def measured_values(self, configuration: Configuration, rates: Sequence[Rates], accuracy: Mapping[str, float],
@@ -1264,8 +1263,7 @@ class Planner:
         co-runner count it is valued at; None without ``co_runner_count``)."""
         if not self.co_runner_count:
             return None
-        p = configuration.placements[name]
-        return len(configuration.tenants_in(p.gpu_index, p.instance_index)) - 1
+        return configuration.placed_in[name][3] - 1
 
     def priority_fill_values(self, configuration: Configuration, g: int, i: int, rates: Sequence[Rates],
                              accuracy: Mapping[str, float], rate_cv: Rates | None = None) -> dict[str, float]:
@@ -1904,9 +1902,7 @@ class Planner:
             value = cost = hurdle = 0.0
             for t in self.scenario.tenants:
                 p = configuration.placements[t.name]
-                layout = configuration.layouts[p.gpu_index]
-                gi = layout.instances[p.instance_index] if len(layout) else None
-                mode = configuration.modes[p.gpu_index][p.instance_index]
+                _, gi, mode, _ = configuration.placed_in[t.name]
                 sharing = self.sharing(configuration, t.name)
                 key = (t.name, p.gpu_index, gi, float(p.mps_pct), p.batch_size, mode, sharing, values[t.name])
                 if key not in terms:
