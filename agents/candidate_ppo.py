@@ -73,6 +73,12 @@ class CandidatePpo(Policy):
         return self.observer.library
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
+        try:
+            return self._choose(env)
+        finally:
+            self.observer.library.start_solves()  # the decision is made (see CandidateLibrary.start_solves)
+
+    def _choose(self, env: GpuShareEnv) -> Configuration:
         if env.current is None:
             return self.observer.first_configuration()
         observed = self.observer.observe()

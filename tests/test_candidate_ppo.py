@@ -139,8 +139,9 @@ def test_the_daemon_serves_the_same_file_on_both_node_shapes(tmp_path, run, scen
 
 
 def test_a_background_solve_joins_the_library_after_it_is_done():
-    """With ``background=True`` a new load's solve runs on the worker; the decision loop does
-    not wait, and the solution joins at the first refresh after it is done."""
+    """With ``background=True`` a new load's solve runs on the worker, started once the decision
+    is made; the decision loop does not wait, and the solution joins at the first refresh after
+    it is done."""
     from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
     from rlsched.agents.candidates import CandidateLibrary
     from rlsched.solver.planner import Planner
@@ -152,7 +153,9 @@ def test_a_background_solve_joins_the_library_after_it_is_done():
     seeded = library.solves
     windows = [{t.name: t.arrivals.mean_rate_rps() * 7.0 for t in env.scenario.inference_tenants()}] * MIGRATOR_LOOKAHEAD
     library.request(windows)
-    assert len(library.running) == 1
+    assert len(library.requested) == 1 and library.running == []  # started once the decision is made
+    library.start_solves()
+    assert len(library.running) == 1 and library.requested == []
     future, _ = library.running[0]
     future.result(timeout=60)  # wait here, as the next decision would not
     library.refresh()

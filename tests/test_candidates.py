@@ -93,6 +93,7 @@ def test_a_library_with_a_worker_keeps_at_most_two_solves_unfinished_and_asks_ag
     loads = [_windows(library, scale) for scale in (40.0, 60.0, 90.0)]
     for windows in loads:
         library.request(windows)
+    library.start_solves()
     assert MAX_UNFINISHED_SOLVES == 2 and len(library.running) == 2
     assert CandidateLibrary.bin_of(loads[2]) not in library.seen_bins  # turned away, not forgotten as seen
     release.set()
@@ -101,6 +102,7 @@ def test_a_library_with_a_worker_keeps_at_most_two_solves_unfinished_and_asks_ag
     library.refresh()
     assert library.running == [] and library.pending == []
     library.request(loads[2])  # the load lasts: asked for again, and queued now
+    library.start_solves()
     assert len(library.running) == 1
     library.running[0][0].result(timeout=60)
     # Each solve had its own snapshot of the planner, not the planner the decision loop goes on with.
@@ -123,12 +125,30 @@ def test_the_queue_planner_s_library_solving_on_a_worker_decides_as_solving_at_o
         policy.reset(env)
         assert (policy.library.worker is not None) == background
         seeded = policy.library.solves
+        if background:  # a solve starts once the decision is made, never while it is being made
+            deciding, started_while = [False], []
+            decide, submit = policy._decide, policy.library.worker.submit
+
+            def watched_decide(*args):
+                deciding[0] = True
+                try:
+                    return decide(*args)
+                finally:
+                    deciding[0] = False
+
+            def watched_submit(*args):
+                started_while.append(deciding[0])
+                return submit(*args)
+
+            policy._decide, policy.library.worker.submit = watched_decide, watched_submit
         made = []
         for _ in range(8):
             decision = policy.act(observation, env)
             wait([future for future, _ in policy.library.running])
             made.append(repr(decision))
             observation, *_ = apply(env, decision)
+        if background:
+            assert started_while and not any(started_while)
         return made, policy.library.solves - seeded
 
     at_once, worker = decisions(False), decisions(True)

@@ -690,9 +690,12 @@ class PlannerLibrary(Policy):
         self.library.request(windows)
         self.report["planner_solves"] += self.library.solves - solves
         self.report["library_size"] = len(self.library.configurations)
-        if env.current is None:
-            return self.planner.plan(windows, None, accuracy).configuration
-        return self._best(windows, env.current, accuracy)
+        try:
+            if env.current is None:
+                return self.planner.plan(windows, None, accuracy).configuration
+            return self._best(windows, env.current, accuracy)
+        finally:
+            self.library.start_solves()  # the decision is made (see CandidateLibrary.start_solves)
 
     def _best(self, windows: list[dict[str, float]], current: Configuration, accuracy: dict[str, float]) -> Configuration:
         """The running configuration or the library entry with the largest objective at ``windows``."""
@@ -780,24 +783,21 @@ class QueueSloLibrary(MigratorQueueSlo):
         self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
         self.planned_first = False
 
+    def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
+        try:
+            return super().act(observation, env)
+        finally:
+            self.library.start_solves()  # the decision is made (see CandidateLibrary.start_solves)
+
     def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
                 accuracy: dict[str, float]) -> tuple[Plan, Configuration]:
         windows = self.planner.forecast([rates] * lookahead, backlog)
+        current = env.current
         self.library.refresh()
-        self.report["library_size"] = len(self.library.configurations)
-        decided = self._decide_from_library(env, lookahead, rates, backlog, accuracy, windows)
-        # A new load's solve is asked for once the decision is made: it needs nothing of the
-        # decision, and on the daemon's worker thread it would otherwise compete with it for the
-        # interpreter (default, stop 80: decisions that asked for a solve took 18-36 ms, not 7).
         solves = self.library.solves
         self.library.request(windows, self.spread)
         self.report["planner_solves"] += self.library.solves - solves
-        return decided
-
-    def _decide_from_library(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
-                             accuracy: dict[str, float], windows: list[dict[str, float]]) -> tuple[Plan, Configuration]:
-        """:meth:`_decide` once the library is refreshed: the MILP's first decision, then the best candidate."""
-        current = env.current
+        self.report["library_size"] = len(self.library.configurations)
         if not self.planned_first:
             # The node's first decision is the MILP's, from whatever runs (nothing, or what ran
             # before rlsched): the library's seeds are not moves from there, and a weak first

@@ -152,6 +152,7 @@ class CandidateObserver:
         rates, backlog, accuracy, last, attainment = read_node(env)
         burst = self.bursts.record(last)
         windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
+        self.library.request(windows)
         at_burst_rates = self.planner.forecast([burst] * MIGRATOR_LOOKAHEAD, backlog)
         self.scored, at_burst = self.library.score_forecasts([windows, at_burst_rates], env.current, accuracy)
         gain_ewma, gain_burst = (s.objective - s.objective[0] for s in (self.scored, at_burst))
@@ -162,10 +163,6 @@ class CandidateObserver:
         at_last = self.library.value(offered, self.planner.forecast([last] * MIGRATOR_LOOKAHEAD, backlog), accuracy)
         gain_last = at_last.objective - at_last.objective[0]
         burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
-        # A new load's solve is asked for once the candidates are valued: it needs nothing of
-        # them, and on the daemon's worker thread it would otherwise compete with the valuing
-        # (stop 80: p99 11.0 ms against 6.8 without the solves, on default).
-        self.library.request(windows)
         return candidate_observation(self.offered, gain_ewma, gain_burst, gain_last, self.scored.cost, self.scored.value,
                                      [moved_fraction(c, env.current) for c in offered], self.reward_scale,
                                      self.since_change, burst_ratio, attainment)

@@ -504,10 +504,12 @@ class Planner:
         """This planner as it stands, for a solve on another thread (a candidate library's
         worker): the state the policy sets each interval (rates' spread ceilings, dispersion,
         request logs, queues, guards, the value model's error) is copied, so the decision
-        loop's next interval does not reach a solve in flight, and so are the caches, which
-        the two threads then fill apart."""
+        loop's next interval does not reach a solve in flight. The latency curves and work
+        rates stay shared: each entry is a function of its key alone, whichever thread fills
+        it, and the decision loop finds the curves of the options a solve valued (copied
+        apart, 8-GPU decisions took 50 ms at p50 against 47 with the solves made at once)."""
         planner = copy.copy(self)
-        for name in ("arrival_dispersion", "rate_ceiling_rps", "arrival_log", "queued_requests", "slo_guards", "_curves", "_work"):
+        for name in ("arrival_dispersion", "rate_ceiling_rps", "arrival_log", "queued_requests", "slo_guards"):
             setattr(planner, name, dict(getattr(self, name)))
         planner._replayed = {}
         return planner
