@@ -229,6 +229,12 @@ class NodeSimulator:
         # Tenants that come and go; the others are in every interval's active set.
         self._windowed = [t for t in scenario.tenants if t.active_windows_s]
         self._always_active = frozenset(t.name for t in scenario.tenants if not t.active_windows_s)
+        # The retraining job that keeps each service's model (the first, in scenario order), found once:
+        # a policy reads every tenant's accuracy each interval.
+        self._retrained_by: dict[str, ContinualLearningJob] = {}
+        for t in scenario.tenants:
+            if isinstance(t, ContinualLearningJob):
+                self._retrained_by.setdefault(t.serves, t)
         self.min_idle_fraction = min_idle_fraction(perf_model)
         self._seed = seed
         self._run_as: tuple[Configuration, Configuration] | None = None
@@ -364,10 +370,10 @@ class NodeSimulator:
 
     def accuracy_of(self, tenant_name: str) -> float:
         """Current accuracy of the model serving an inference tenant."""
+        job = self._retrained_by.get(tenant_name)
+        if job is not None:
+            return job.curve.accuracy(self._units[job.name])
         tenant = self.scenario.tenant(tenant_name)
-        for job in self.scenario.tenants:
-            if isinstance(job, ContinualLearningJob) and job.serves == tenant_name:
-                return job.curve.accuracy(self._units[job.name])
         return tenant.accuracy if isinstance(tenant, InferenceTenant) else 1.0
 
     def observation(self) -> dict[str, dict[str, float]]:
