@@ -13,7 +13,9 @@ seed:
 - with ``--policies NAMES``: each named policy's whole ``act`` (e.g. ``migrator-pf-held``,
   what the daemon's ``auto`` runs on the simulator backend); for one with a candidate library
   (``candidate-ppo:PATH``, ``queue-slo-offered``) also without its solves, and as the daemon runs
-  it: the solves on the library's worker thread, done between decisions;
+  it: the solves on the library's worker thread, done between decisions. The second is the
+  daemon's figure: a solve made at once fills caches its decision then reads (the queue
+  planner's request-log replays), so the time less the solves understates a decision;
 - with ``--hedge-ppo SPEC`` (e.g. ``hedge-ppo:runs/NAME``): ``hedge-ppo``'s time split into
   replaying the last interval in its shadows (work a deployment can run beside the decision
   loop, as soon as the interval's request log is in) and the rest (the evidence, the
