@@ -883,10 +883,10 @@ class QueueSloOffered(QueueSloLibrary):
 
     On the held-out suite (seeds 0-1) it earns 0.972x ``migrator-queue-slo`` and 1.029x
     ``migrator-ilp``. Heldout-retrain is the loss (0.811x): there the MILP check changed four of
-    seven moves, the first at interval 8, while the library is young. Decision p50 11 ms on
-    ``default`` and 70 ms on 8 GPUs / 32 tenants without the library's solves
-    (``scripts/bench_decisions.py --steps 60``), against 171 ms and 2.5 s for
-    ``migrator-queue-slo``.
+    seven moves, the first at interval 8, while the library is young. Decision time with the
+    library's solves on the worker (``scripts/bench_decisions.py --steps 60
+    --no-priority-fill-scheduler``, stop 80): p50 6.6 ms, p99 11 ms on ``default``; p50 47 ms,
+    p99 80 ms on 8 GPUs / 32 tenants; ``migrator-queue-slo``'s p50 124 ms and 1.8 s.
 
     Departs from ``queue-slo-library``: it weighs only the offered candidates, and a move is
     never checked against a MILP answer for that moment. The offer and the solves ahead are this
