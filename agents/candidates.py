@@ -23,8 +23,8 @@ episode is reproducible; the report counts the solves' time apart). With ``backg
 (the daemon) on a worker thread beside the decision loop, started once the decision is made
 (:meth:`CandidateLibrary.start_solves`), by a snapshot of the planner taken when the load was
 asked for (:meth:`~rlsched.solver.planner.Planner.snapshot`); a solution joins at the first
-decision after it is done, and the decision never waits for it. Where each
-solve is done before the next decision, the decisions are those of the solves made at once.
+decision after it is done, and the decision never waits for it. Where each solve is done
+before the next decision, the decisions are those of the solves made at once.
 """
 
 from __future__ import annotations
