@@ -79,10 +79,9 @@ def _metadata_value(meta: dict[str, str], key: str) -> object:
 
 
 def single_thread_session(path: Path) -> Any:
-    """An ONNX Runtime session on one thread. One decision per interval and a network of a few
-    layers: a single thread is fastest and leaves the cores to the simulator. A thread pool
-    also spins between runs: beside a candidate library's worker it tripled the forward pass
-    (stop 80: 3 ms a decision on ``default``)."""
+    """An ONNX Runtime session on one thread, for every policy file rlsched runs. One decision
+    per interval and a network of a few layers: a single thread is fastest and leaves the
+    cores to the simulator and to a candidate library's worker."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
