@@ -9,6 +9,11 @@ scores the offered slots with shared weights and the node applies the best-score
 observation holds only ratios and fractions, so one file runs on any node: any number of GPUs
 and tenants, any MIG-capable GPU type.
 
+A file whose ``observer`` metadata is ``daemon`` observes through
+:class:`~rlsched.agents.ppo.candidate_env.DaemonObserver` instead: it chooses among the slots
+``queue-slo-offered`` weighs, described by the daemon planner's objective (a first decision on
+a node already running is that planner's MILP).
+
 No simulation and no MILP solve runs on the decision path: a load the library has no solution
 for asks the planner for one, which joins the library at a later decision. In ``rlsched
 eval`` the solve runs at once, so that episodes replay (the report counts it apart:
@@ -29,7 +34,7 @@ import numpy as np
 from rlsched.agents.baselines.base import Policy
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.agents.onnx_policy import open_choice_policy
-from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, CandidateObserver
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, OBSERVERS, make_observer
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
@@ -38,6 +43,8 @@ from rlsched.errors import ConfigError
 CANDIDATE_CHOICE_KIND = "candidate-ppo"
 #: Metadata key of the PPO steps the file's network was trained for (0: the warm start).
 STEPS_KEY = "num_timesteps"
+#: Metadata key of what the file's network observes through (:data:`~rlsched.agents.ppo.candidate_env.OBSERVERS`; none: ``plain``).
+OBSERVER_KEY = "observer"
 #: The shipped candidate-choice policy (``candidate-ppo`` alone; its model card is the README beside it).
 SHIPPED_CANDIDATE_POLICY = Path(__file__).parent / "policies" / "candidate" / "policy.onnx"
 
@@ -61,9 +68,12 @@ class CandidatePpo(Policy):
             self.num_timesteps = int(json.loads(meta.get(STEPS_KEY, "")))
         except (ValueError, TypeError):
             raise ConfigError(self.path, STEPS_KEY, meta.get(STEPS_KEY), "missing or not an integer") from None
+        self.observer_kind = meta.get(OBSERVER_KEY, "plain")
+        if self.observer_kind not in OBSERVERS:
+            raise ConfigError(self.path, OBSERVER_KEY, self.observer_kind, f"expected one of {', '.join(OBSERVERS)}")
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.observer = CandidateObserver(env, background_solves=self.background_solves)
+        self.observer = make_observer(self.observer_kind, env, background_solves=self.background_solves)
         self.report = {"planner_disagreements": 0, "library_solves": self.observer.library.solves,
                        "library_solve_ms": self.observer.library.solve_ms, "ppo_steps": self.num_timesteps}
 
@@ -87,5 +97,7 @@ class CandidatePpo(Policy):
         self.report["planner_disagreements"] += slot != self.observer.planner_choice()
         self.report["library_solves"] = self.observer.library.solves
         self.report["library_solve_ms"] = self.observer.library.solve_ms
-        return self.observer.configuration(slot)
+        chosen = self.observer.configuration(slot)
+        self.observer.commit(chosen)
+        return chosen
 

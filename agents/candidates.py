@@ -135,6 +135,9 @@ class CandidateLibrary:
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="candidate-library") if background else None
         self.running: list[tuple[Future[Configuration], tuple[int, ...]]] = []
         self.requested: list[tuple[tuple[int, ...], list, Configuration | None, Mapping[str, float] | None, Planner]] = []
+        #: Ask for no solves (a training branch's copy of a library: what it would ask for is
+        #: the main line's to solve, and a branch's solve would cost the branch a MILP).
+        self.frozen = False
 
     def seed(self, windows_count: int) -> None:
         """Solve the seed loads (see the module docstring), each held over ``windows_count`` windows."""
@@ -165,7 +168,7 @@ class CandidateLibrary:
 
     def _request(self, windows: Windows, rate_cv: Mapping[str, float] | None) -> None:
         key = self.bin_of(windows)
-        if key in self.seen_bins:
+        if key in self.seen_bins or self.frozen:
             return
         if self.worker is None:
             self.seen_bins.add(key)

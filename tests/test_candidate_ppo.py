@@ -60,6 +60,54 @@ def test_training_writes_both_policies_the_curve_and_the_references(run):
     assert max(e.value for e in logged.Scalars("paired/departures")) > 0.0
 
 
+@pytest.fixture(scope="module")
+def daemon_run(tmp_path_factory) -> Path:
+    """One training run observing through the daemon planner's objective, on the two tiny nodes."""
+    from rlsched.agents.ppo.candidate_train import train_candidate_choice
+
+    tmp = tmp_path_factory.mktemp("candidate-daemon")
+    choice = {"scenarios": [TINY, TWO_GPUS], "validation_seeds": [1_000_003], "prior_weight": 2.0, "paired_horizon": 3, "observer": "daemon"}
+    return train_candidate_choice(write_config(tmp / "candidate.yaml", candidate_choice=choice), tmp / "run")
+
+
+def test_through_the_daemon_observer_the_warm_start_is_queue_slo_offered_on_two_node_shapes(daemon_run):
+    """A file trained through the daemon observer says so in its metadata, and before any PPO
+    update it chooses what ``queue-slo-offered`` applies, on a one-GPU and a two-GPU node."""
+    import onnx
+
+    for name in ("warm_start.onnx", "policy.onnx"):
+        assert {p.key: p.value for p in onnx.load(str(daemon_run / name)).metadata_props}["observer"] == "daemon"
+    for scenario in (TINY, TWO_GPUS):
+        warm = run_episode(GpuShareEnv(scenario), f"candidate-ppo:{daemon_run / 'warm_start.onnx'}", seed=7)
+        planner = run_episode(GpuShareEnv(scenario), "queue-slo-offered", seed=7)
+        assert warm.configurations == planner.configurations and warm.goodput == planner.goodput
+        assert warm.report["planner_disagreements"] == 0
+    # The tiny nodes keep their first configuration; on ``default`` the planner moves early.
+    decided = {}
+    for spec in (f"candidate-ppo:{daemon_run / 'warm_start.onnx'}", "queue-slo-offered"):
+        env = GpuShareEnv("default")
+        observation, _ = env.reset(seed=0)
+        policy = make_policy(spec)
+        policy.reset(env)
+        decided[spec] = []
+        for _ in range(12):
+            decision = policy.act(observation, env)
+            decided[spec].append(decision)
+            observation, *_ = apply(env, decision)
+    warm, planner = decided.values()
+    assert warm == planner and len({str(c) for c in warm}) > 1
+
+
+def test_a_file_naming_an_unknown_observer_is_refused(tmp_path, run):
+    import onnx
+
+    relabelled = onnx.load(str(run / "policy.onnx"))
+    relabelled.metadata_props.add(key="observer", value="oracle")
+    onnx.save(relabelled, str(tmp_path / "odd.onnx"))
+    with pytest.raises(ConfigError, match="observer"):
+        make_policy(f"candidate-ppo:{tmp_path / 'odd.onnx'}")
+
+
 def test_the_warm_start_is_the_library_planner_on_two_node_shapes(run):
     """Before any PPO update the network chooses what ``planner-library`` applies, on a
     one-GPU and a two-GPU node, from the same file."""
@@ -111,6 +159,8 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
     ({"candidate_choice": {"scenarios": []}}, "candidate_choice.scenarios"),
     ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": -1}}, "candidate_choice.paired_horizon"),
     ({"candidate_choice": {"scenarios": ["no-such-scenario"]}}, "no-such-scenario"),
+    ({"candidate_choice": {"scenarios": [TINY], "observer": "oracle"}}, "candidate_choice.observer"),
+    ({"candidate_choice": {"scenarios": [TINY], "observer": "daemon", "surrogate_episodes": 2}}, "candidate_choice.surrogate_episodes"),
     ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
 ])
 def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, field):

@@ -431,3 +431,35 @@ def test_a_paired_advantage_is_zero_for_the_rule_and_leaves_the_episode_as_it_wa
         advantages.append(info["paired_advantage"])
         done = truncated
     assert any(a != 0.0 for a in advantages) and all(np.isfinite(advantages))
+
+
+def test_through_the_daemon_observer_a_paired_advantage_is_what_the_two_courses_earn_apart():
+    """A departure's paired advantage, measured in branches that copy ``queue-slo-offered`` as it
+    stands, is the difference of what two whole episodes earn over the horizon: one departing
+    at that step, one following the planner throughout (the library asking for no solves, as in
+    the branches); and measuring it leaves the episode as it was."""
+    horizon, depart_at, steps = 3, 2, 12
+
+    def course(depart: bool, measure: bool) -> tuple[list[float], float]:
+        env = CandidateChoiceEnv(GpuShareEnv(TINY), paired_horizon=horizon if measure else 0, observer="daemon")
+        env.reset(seed=0)
+        env.observer.library.frozen = True
+        rewards, advantage = [], 0.0
+        for step in range(steps):
+            action = env.planner_choice()
+            if depart and step == depart_at:
+                action = int(np.flatnonzero(env.action_masks())[-1])
+                assert action != env.planner_choice()
+            decisions = env.observer.policy.library.decisions
+            _, reward, _, _, info = env.step(action)
+            assert env.observer.policy.library.decisions == decisions + 1  # the branches decided on copies
+            rewards.append(reward)
+            advantage = info["paired_advantage"] if step == depart_at else advantage
+        return rewards, advantage
+
+    departed, advantage = course(depart=True, measure=True)
+    assert departed == course(depart=True, measure=False)[0]
+    followed, _ = course(depart=False, measure=False)
+    assert advantage != 0.0
+    window = slice(depart_at, depart_at + horizon)
+    assert advantage == pytest.approx(sum(departed[window]) - sum(followed[window]), rel=1e-9, abs=1e-9)

@@ -459,12 +459,22 @@ class MigratorQueue(MigratorIlp):
         left = intervals_left(env, env.last_step.t_end_s if env.last_step is not None else 0.0)
         self.planner.slo_guards = {name: self.bursts.guard(name, self.smoothed_rps[name], left) for name in self.bursts.history}
         self.spread = forecast_spread(self.residuals)
-        current = env.current
+        self._decided = (env.current, rates, backlog, accuracy)
         answer = self._choose(env, rates, backlog, accuracy)
-        if current is not None and answer == current:
-            first = self.planner.forecast([rates], backlog)
-            self.value_error.predict(self.planner.predicted_goodput(current, first, accuracy, self.spread))
+        self.applied(answer)
         return answer
+
+    def applied(self, configuration: Configuration) -> None:
+        """What the node runs for the interval just decided: this policy's answer, or what
+        another chooser applied in its place (a candidate network observing through it,
+        :class:`~rlsched.agents.ppo.candidate_env.DaemonObserver`). Only a configuration kept
+        from the last interval has its value predicted, for the value model's measured error."""
+        current, rates, backlog, accuracy = self._decided
+        self.chosen = configuration
+        predicted = None
+        if current is not None and configuration == current:
+            predicted = self.planner.predicted_goodput(current, self.planner.forecast([rates], backlog), accuracy, self.spread)
+        self.value_error.predict(predicted)
 
     def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
                 accuracy: dict[str, float]) -> tuple[Plan, Configuration]:
@@ -782,6 +792,9 @@ class QueueSloLibrary(MigratorQueueSlo):
         self.library.seed(self.lookahead)
         self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
         self.planned_first = False
+        #: The last decision's candidates (the running configuration first), their objective and
+        #: their (value, cost, hurdle) terms; None where the MILP decided (the node's first decision).
+        self.weighed: tuple[list[Configuration], np.ndarray, list[tuple[float, float, float]]] | None = None
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         try:
@@ -804,10 +817,12 @@ class QueueSloLibrary(MigratorQueueSlo):
             # move is hard to leave (heldout-retrain seed 0: 1,819,729 from the library's first
             # choice, 2,372,142 from the MILP's; docs/history-candidate-policy.md, stop 76).
             self.planned_first = True
+            self.weighed = None
             return super()._decide(env, lookahead, rates, backlog, accuracy)
         started = time.perf_counter()
         candidates = self._candidates(env, current, lookahead, backlog, accuracy)
         objective, assessed = self._objective(candidates, windows, current, accuracy)
+        self.weighed = (candidates, objective, assessed)
         self.library.mark_used(candidates, objective)
         best = int(np.argmax(objective))  # the running configuration on ties
         ms = (time.perf_counter() - started) * 1e3
@@ -911,7 +926,10 @@ class QueueSloOffered(QueueSloLibrary):
         burst = self.bursts_offered.record({n: float(measured.get(n, r)) for n, r in smoothed.items()})
         forecasts = [self.ranking_planner.forecast([rates] * lookahead, backlog) for rates in (smoothed, burst)]
         objectives = [move_objective(assessed) for assessed in self.ranking_planner.assess_forecasts(candidates, forecasts, current, accuracy)]
-        return [candidates[i] for i in offer_slots([objective - objective[0] for objective in objectives])]
+        offered = offer_slots([objective - objective[0] for objective in objectives])
+        #: Per offered candidate, the plain model's gain over keeping under the EWMA and the burst forecast.
+        self.offered_plain_gains = tuple(np.array([objective[i] - objective[0] for i in offered]) for objective in objectives)
+        return [candidates[i] for i in offered]
 
 
 def move_objective(assessed: Sequence[tuple[float, float, float]]) -> np.ndarray:
@@ -1255,9 +1273,10 @@ class MeasuredValueError:
         """An interval the policy did not decide (it waited in a hedge): nothing to compare."""
         self._total, self._predicted = env.backend.totals.total, None
 
-    def predict(self, value: float) -> None:
+    def predict(self, value: float | None) -> None:
         """The value predicted for the coming interval of a configuration kept from the last
-        (intervals with a change are not compared: their restarts are not what is measured)."""
+        (None: a change; intervals with a change are not compared: their restarts are not what
+        is measured)."""
         self._predicted = value
 
 

@@ -8,6 +8,9 @@ planner's model predicts for it (:data:`CANDIDATE_FEATURES`, a third forecast am
 last interval's rates), relative to keeping the running one. The action is the index of
 the candidate to apply (``Discrete(CANDIDATES)``, padded slots masked for MaskablePPO).
 
+:class:`DaemonObserver` offers instead the slots the daemon planner's objective weighs
+(``queue-slo-offered``'s), described by that objective (:data:`DAEMON_CANDIDATE_FEATURES`).
+
 Every feature is a ratio or a fraction (Goodput terms are divided by the node's requests
 per lookahead at its mean rates), so one network can serve any number of GPUs and tenants
 and any GPU type: the node's shape never enters the observation's size.
@@ -15,6 +18,8 @@ and any GPU type: the node's shape never enters the observation's size.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -39,10 +44,27 @@ CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain_ewma", "gain_last", "gain_b
 #: high-priority tenants' SLO attainment last interval. Nothing says how far an episode has
 #: run: a deployed node runs on, so the policy must not learn the end of a training episode.
 GLOBAL_FEATURES: tuple[str, ...] = ("since_change", "burst_ratio", "slo_attainment_high")
+#: Per candidate for :class:`DaemonObserver`, in order: ``keep``; ``gain``: the daemon planner's
+#: objective (``queue-slo-offered``'s: queue model, SLO guards, the move's cost and payback
+#: hurdle) minus keeping's; ``gain_ewma``, ``gain_burst``: the plain model's, by which the slots
+#: were offered; ``cost``, ``hurdle``: the daemon objective's move cost and payback hurdle;
+#: ``rank``: by ``gain`` (0 best); ``moved``. Goodput terms are over the daemon planner's lookahead.
+DAEMON_CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain", "gain_ewma", "gain_burst", "cost", "hurdle", "rank", "moved")
+#: What a candidate-choice policy observes through: ``plain`` (:class:`CandidateObserver`, the
+#: library planner's model) or ``daemon`` (:class:`DaemonObserver`); a policy file names its
+#: own in its ``observer`` metadata (none: ``plain``).
+OBSERVERS: tuple[str, ...] = ("plain", "daemon")
 #: Intervals after which "since the last change" reads 1.
 SINCE_CHANGE_SCALE = 30.0
 #: Every feature is clipped to [-FEATURE_LIMIT, FEATURE_LIMIT].
 FEATURE_LIMIT = 10.0
+
+
+def node_reward_scale(env: GpuShareEnv) -> float:
+    """Requests per decision interval at the node's mean rates (at least 1): the unit of the
+    candidate-choice rewards and Goodput features, so that they compare across nodes."""
+    requests = sum(t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()) * env.scenario.decision_interval_s
+    return max(requests, 1.0)
 
 
 def read_node(env: GpuShareEnv) -> tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float], float]:
@@ -108,10 +130,8 @@ class CandidateObserver:
             library.seed(MIGRATOR_LOOKAHEAD)
         self.library = library
         self.planner = library.planner
-        interval_s = env.scenario.decision_interval_s
-        requests = sum(t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()) * interval_s
         #: Requests per interval at the mean rates (>= 1): the unit of rewards and Goodput features.
-        self.reward_scale = max(requests, 1.0)
+        self.reward_scale = node_reward_scale(env)
         self.bursts = BurstForecast()
         self.since_change = 0
         self.last_configuration: Configuration | None = env.current
@@ -142,6 +162,21 @@ class CandidateObserver:
         objective = self.scored.objective
         return int(np.argmax([objective[i] for i in self.offered]))
 
+    def commit(self, configuration: Configuration) -> None:
+        """What the node runs for the interval just observed (the plain observer keeps no state of it)."""
+
+    def branch(self, first: Configuration) -> Callable[[], Configuration]:
+        """A chooser that goes on as the library planner from the node's current state, after
+        ``first`` is applied (a training branch, :meth:`CandidateChoiceEnv.paired_advantage`):
+        the library as it is now, asking for no solves and marking no use."""
+        def library_choice() -> Configuration:
+            assert self.env.current is not None
+            rates, backlog, accuracy = observed_load(self.env)
+            windows = self.planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog)
+            scored = self.library.score(windows, self.env.current, accuracy, record_use=False)
+            return scored.configurations[scored.best()]
+        return library_choice
+
     def observe(self) -> np.ndarray:
         """Value the candidates at the node's current state; the observation (see the module docstring)."""
         env = self.env
@@ -168,6 +203,123 @@ class CandidateObserver:
                                      self.since_change, burst_ratio, attainment)
 
 
+class DaemonObserver:
+    """What a candidate-choice policy sees when it chooses among the candidates the daemon
+    planner's objective weighs: ``queue-slo-offered``'s (:class:`~rlsched.agents.baselines.planners.QueueSloOffered`)
+    offered slots, each described by that objective (:data:`DAEMON_CANDIDATE_FEATURES`), the
+    same interface as :class:`CandidateObserver`. The network's prior is that objective's gain
+    over keeping, so before any update the policy chooses what ``queue-slo-offered`` chooses.
+
+    Why: on the twelve held-out traces the daemon planner's objective on these slots earned
+    1.009x ``migrator-queue-slo`` and the plain model's on the same candidates 0.817x
+    (docs/history-candidate-policy.md, stop 79): a network whose prior is the plain model's
+    starts 16-17% behind on bursty traffic. The cost is the daemon objective's decision time.
+
+    The observer runs ``queue-slo-offered`` itself every interval (its measurements, its
+    library, its decision) and tells it what the node then runs (:meth:`commit`).
+
+    :param env: the node, already reset
+    :param background_solves: the library solves new loads on a worker thread (the daemon)
+    """
+
+    def __init__(self, env: GpuShareEnv, background_solves: bool = False) -> None:
+        from rlsched.agents.baselines.planners import QueueSloOffered
+
+        self.env = env
+        self.policy = QueueSloOffered()
+        self.policy.background_solves = background_solves
+        self.policy.reset(env)
+        #: Requests per interval at the mean rates (>= 1): the unit of rewards and Goodput features.
+        self.reward_scale = node_reward_scale(env)
+        self.bursts = BurstForecast()
+        self.since_change = 0
+        self.last_configuration: Configuration | None = env.current
+        self.candidates: list[Configuration] = []
+        self.choice = 0
+
+    @property
+    def library(self) -> CandidateLibrary:
+        """The daemon planner's library (its solves are counted apart from the decision)."""
+        return self.policy.library
+
+    def first_configuration(self) -> Configuration:
+        """The node's first configuration: the queue planner's MILP (``queue-slo-offered``'s first decision)."""
+        return self.policy.act(np.zeros(0), self.env)
+
+    def action_masks(self) -> np.ndarray:
+        """True for the slots that hold a candidate."""
+        return np.arange(CANDIDATES) < len(self.candidates)
+
+    def configuration(self, slot: int) -> Configuration:
+        """The configuration in ``slot``; a masked or unknown slot is slot 0's (keeping the
+        running one, except at a MILP's decision, whose answer is the only slot)."""
+        return self.candidates[slot if 0 <= slot < len(self.candidates) else 0]
+
+    def planner_choice(self) -> int:
+        """The slot ``queue-slo-offered`` chose."""
+        return self.choice
+
+    def commit(self, configuration: Configuration) -> None:
+        """What the node runs for the interval just observed: the daemon planner measures its
+        value model's error on the intervals that keep, and holds what was applied."""
+        self.policy.applied(configuration)
+
+    def branch(self, first: Configuration) -> Callable[[], Configuration]:
+        """A chooser that goes on as ``queue-slo-offered`` from the node's current state, after
+        ``first`` is applied (a training branch): a copy of the policy as it stands, sharing
+        its planners' caches (each entry a function of its key), whose library asks for no solves."""
+        policy = self.policy
+        env = self.env
+        shared = {id(env): env, id(policy.planner): policy.planner.snapshot(), id(policy.ranking_planner): policy.ranking_planner.snapshot()}
+        follower = copy.deepcopy(policy, shared)
+        follower.library.frozen = True
+        follower.applied(first)
+        return lambda: follower.act(np.zeros(0), env)
+
+    def observe(self) -> np.ndarray:
+        """Run ``queue-slo-offered``'s decision at the node's current state; the observation of
+        the slots it weighed (:data:`DAEMON_CANDIDATE_FEATURES`, then :data:`GLOBAL_FEATURES`)."""
+        env = self.env
+        current = env.current
+        assert current is not None, "nothing deployed yet: apply first_configuration() first"
+        self.since_change = 0 if current != self.last_configuration else self.since_change + 1
+        self.last_configuration = current
+        rates, _, _, last, attainment = read_node(env)
+        burst = self.bursts.record(last)
+        answer = self.policy.act(np.zeros(0), env)
+        weighed = self.policy.weighed
+        columns = np.zeros((len(DAEMON_CANDIDATE_FEATURES), 1))
+        if weighed is None:  # the MILP decided (a node already running when rlsched took it): its answer alone
+            self.candidates = [answer]
+            columns[0, 0] = answer == current
+        else:
+            self.candidates, objective, assessed = weighed
+            gain = objective - objective[0]
+            cost, hurdle = (np.array([0.0] + [a[k] for a in assessed[1:]]) for k in (1, 2))  # keeping moves nothing
+            order = np.argsort(-gain, kind="stable")
+            rank = np.empty(len(gain))
+            rank[order] = np.arange(len(gain)) / max(CANDIDATES - 1, 1)
+            ewma, burst_gain = self.policy.offered_plain_gains
+            moved = [moved_fraction(c, current) for c in self.candidates]
+            columns = np.vstack([np.arange(len(gain)) == 0, gain, ewma, burst_gain, cost, hurdle, rank, moved])
+            columns[1:6] /= self.reward_scale * self.policy.lookahead
+        self.choice = self.candidates.index(answer)
+        rows = np.zeros((CANDIDATES, len(DAEMON_CANDIDATE_FEATURES)))
+        rows[: len(self.candidates)] = columns.T
+        burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
+        glob = np.array([min(self.since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment])
+        return np.clip(np.nan_to_num(np.concatenate([rows.ravel(), glob])), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)
+
+
+def make_observer(kind: str, env: GpuShareEnv, library: CandidateLibrary | None = None,
+                  background_solves: bool = False) -> CandidateObserver | DaemonObserver:
+    """The observer named ``kind`` (:data:`OBSERVERS`) for ``env``; ``library``: a plain
+    observer's library to go on with (the daemon observer's belongs to its planner)."""
+    if kind == "daemon":
+        return DaemonObserver(env, background_solves)
+    return CandidateObserver(env, library, background_solves)
+
+
 class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     """``rlsched/GpuShare-v0`` with a choice among whole configurations as its action.
 
@@ -178,19 +330,26 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     :param keep_library: keep the candidate library (and the planner's caches) from one
         episode to the next, as training does; False starts each episode from the seed library,
         so that an episode does not depend on the ones before it (evaluation)
-    :param paired_horizon: > 0: every step whose action departs from the library planner's
+    :param paired_horizon: > 0: every step whose action departs from the observer planner's
         choice also measures what the departure is worth (:meth:`paired_advantage`, in the
         step's ``info``), over this many intervals; 0: no measurement
+    :param observer: what the policy observes through (:data:`OBSERVERS`): the library
+        planner's model, or the daemon planner's objective (its library is not kept across
+        episodes: it belongs to the planner, made anew at each reset)
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, env: GpuShareEnv, keep_library: bool = False, paired_horizon: int = 0) -> None:
+    def __init__(self, env: GpuShareEnv, keep_library: bool = False, paired_horizon: int = 0, observer: str = "plain") -> None:
+        if observer not in OBSERVERS:
+            raise ValueError(f"observer {observer!r}: expected one of {OBSERVERS}")
         self.env = env
         self.keep_library = keep_library
         self.paired_horizon = paired_horizon
-        self.observer: CandidateObserver | None = None
-        size = CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES)
+        self.observer_kind = observer
+        self.observer: CandidateObserver | DaemonObserver | None = None
+        features = DAEMON_CANDIDATE_FEATURES if observer == "daemon" else CANDIDATE_FEATURES
+        size = CANDIDATES * len(features) + len(GLOBAL_FEATURES)
         self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(CANDIDATES)
 
@@ -214,7 +373,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self.env.reset(seed=seed, options=options)
-        self.observer = CandidateObserver(self.env, self.library if self.keep_library else None)
+        self.observer = make_observer(self.observer_kind, self.env, self.library if self.keep_library else None)
         if self.env.current is None:  # nothing deployed yet: the planner's first configuration
             self.env.step_configuration(self.observer.first_configuration())
         return self.observer.observe(), {}
@@ -224,40 +383,36 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         chosen = self.observer.configuration(int(action))
         planned = self.observer.configuration(self.observer.planner_choice())
         advantage = self.paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
+        self.observer.commit(chosen)
         # a masked slot keeps the running configuration (MaskablePPO never picks one; a plain policy may)
         _, reward, terminated, truncated, info = self.env.step_configuration(chosen)
         info["paired_advantage"] = advantage
         return self.observer.observe(), float(reward) / self.reward_scale, terminated, truncated, info
 
     def paired_advantage(self, chosen: Configuration, rule: Configuration, horizon: int | None = None) -> float:
-        """What applying ``chosen`` instead of ``rule`` (the library planner's choice) earns, in
+        """What applying ``chosen`` instead of ``rule`` (the observer planner's choice) earns, in
         the node's requests per interval: from the current state, one branch applies each, then
-        both follow the library planner (its library as it is now) for the rest of ``horizon``
+        both follow the observer's planner (:meth:`CandidateObserver.branch`,
+        :meth:`DaemonObserver.branch`: its library as it is now) for the rest of ``horizon``
         intervals (None: :attr:`paired_horizon`), on the same arrivals and service draws (the
         simulator's state, Generators included, is copied). The episode goes on from the state
         it was in. This is the paired baseline for input-driven environments: the traffic's
         noise cancels between the branches."""
+        assert self.observer is not None
         state = self.env.snapshot()
         earned = []
         for first in (chosen, rule):
             self.env.restore(state)
+            follow = self.observer.branch(first)
             _, total, terminated, truncated, _ = self.env.step_configuration(first)
             for _ in range((self.paired_horizon if horizon is None else horizon) - 1):
                 if terminated or truncated:
                     break
-                _, reward, terminated, truncated, _ = self.env.step_configuration(self._library_choice())
+                _, reward, terminated, truncated, _ = self.env.step_configuration(follow())
                 total += reward
             earned.append(float(total))
         self.env.restore(state)
         return (earned[0] - earned[1]) / self.reward_scale
-
-    def _library_choice(self) -> Configuration:
-        """What the library planner applies now, without asking for new solves (a branch's continuation)."""
-        assert self.observer is not None and self.env.current is not None
-        rates, backlog, accuracy = observed_load(self.env)
-        planner = self.observer.planner
-        scored = self.observer.library.score(planner.forecast([rates] * MIGRATOR_LOOKAHEAD, backlog), self.env.current, accuracy, record_use=False)
-        return scored.configurations[scored.best()]
 
     def action_masks(self) -> np.ndarray:
         """True for the slots that hold a candidate."""

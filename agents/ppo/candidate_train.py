@@ -69,6 +69,11 @@ class CandidateChoiceConfig:
     request-level simulator. Validation runs on the request-level simulator either way."""
     surrogate_steps: int = 60
     """decisions per surrogate training episode, from a random start"""
+    observer: str = "plain"
+    """what the policy observes and chooses among (``plain``: the library planner's model and
+    library, the warm start ``planner-library``; ``daemon``: the daemon planner's objective on
+    ``queue-slo-offered``'s offered slots, the warm start ``queue-slo-offered``; see
+    :data:`~rlsched.agents.ppo.candidate_env.OBSERVERS`)"""
     expected_ppo: bool = False
     """on the surrogate: PPO's clipped objective in expectation over every action, from every
     action's paired advantage over ``paired_horizon`` intervals
@@ -93,6 +98,7 @@ def is_candidate_config(path: str | Path) -> bool:
 def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     """Read and check a ``candidate-ppo`` training config (errors name the file, field and value)."""
     from rlsched.agents.experts import scenario_of
+    from rlsched.agents.ppo.candidate_env import OBSERVERS
 
     path = Path(path)
     config: CandidateTrainConfig = _section(str(path), "", CandidateTrainConfig, read_yaml_config(path))
@@ -112,6 +118,11 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
         raise ConfigError(path, "candidate_choice.surrogate_steps", choice.surrogate_steps, "must be > 0")
     if choice.expected_ppo and not (choice.surrogate_episodes and choice.paired_horizon):
         raise ConfigError(path, "candidate_choice.expected_ppo", True, "needs the surrogate (surrogate_episodes > 0) and paired_horizon > 0")
+    if choice.observer not in OBSERVERS:
+        raise ConfigError(path, "candidate_choice.observer", choice.observer, f"expected one of {', '.join(OBSERVERS)}")
+    if choice.observer != "plain" and choice.surrogate_episodes:
+        raise ConfigError(path, "candidate_choice.surrogate_episodes", choice.surrogate_episodes,
+                          f"the surrogate tabulates the plain observer only; set 0 with observer {choice.observer}")
     if choice.prior_weight <= 0:
         raise ConfigError(path, "candidate_choice.prior_weight", choice.prior_weight, "must be > 0 (the warm start is the planner's choice)")
     for spec in choice.scenarios:
@@ -125,12 +136,13 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0) -> None:
+    def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0, observer: str = "plain") -> None:
         from rlsched.agents.experts import scenario_of
         from rlsched.agents.ppo.candidate_env import CandidateChoiceEnv
         from rlsched.envs.gpushare import GpuShareEnv
 
-        self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True, paired_horizon=paired_horizon)
+        self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True,
+                                        paired_horizon=paired_horizon, observer=observer)
                      for spec in specs]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
@@ -150,9 +162,10 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
         return self.active.action_masks()
 
 
-def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: str, progress: bool) -> np.ndarray:
+def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: str, progress: bool, observer: str = "plain") -> np.ndarray:
     """Goodput of each validation episode (scenario x seed, request-equivalents) choosing with
-    ``choose(env, observation) -> slot`` on the request-level simulator, each from the seed library."""
+    ``choose(env, observation) -> slot`` on the request-level simulator, each from the seed
+    library, observing through ``observer``."""
     from tqdm import tqdm
 
     from rlsched.agents.experts import scenario_of
@@ -161,7 +174,7 @@ def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: 
 
     earned = []
     for spec, seed in tqdm([(s, k) for s in specs for k in seeds], desc=desc, unit="episode", disable=not progress, leave=False):
-        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")))
+        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), observer=observer)
         observation, _ = env.reset(seed=seed)
         truncated = terminated = False
         while not (truncated or terminated):
@@ -190,8 +203,9 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND
+    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, OBSERVER_KEY
     from rlsched.agents.onnx_policy import KIND_KEY
+    from rlsched.agents.ppo.candidate_policy import CANDIDATE_LAYOUTS
 
     config = load_candidate_config(config_path)
     run = Path(out)
@@ -214,13 +228,15 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
         # loop on two shared cores cut training from 1,650 to under 100 steps/s (measured).
         torch.set_num_threads(1)
     else:
-        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon)) for _ in range(config.n_envs)]
+        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer)) for _ in range(config.n_envs)]
         venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
     venv.seed(config.seed)
     model = scorer_model(config, venv, run, normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
-                         policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False},
+                         policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False,
+                                        "layout": CANDIDATE_LAYOUTS[choice.observer]},
                          expected=choice.expected_ppo)
-    metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs))}
+    metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs)),
+                OBSERVER_KEY: choice.observer}
     curve: list[tuple[int, float]] = []
     episodes: list[list[float]] = []  # per validation, each episode's Goodput
     warm: list[np.ndarray] = []
@@ -230,7 +246,7 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
             action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
             return int(action)
 
-        earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress)
+        earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress, choice.observer)
         if not warm:
             warm.append(earned)  # step 0: the warm start, the library planner itself (up to ties)
         # Ratios of the summed Goodput: an episode's own ratio explodes where a policy earns
@@ -259,8 +275,9 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
                               "migrator-ilp": planner.tolist(), "static-best": fixed_best.tolist(),
                               "per_validation": [{"num_timesteps": step, "goodput": g} for (step, _), g in zip(curve, episodes, strict=True)]}}
     write_text_atomically(run / "summary.json", json.dumps(summary, indent=2) + "\n")
+    warm_label = "warm start (queue-slo-offered)" if choice.observer == "daemon" else "warm start (the library planner)"
     plot_curve(curve, planner, fixed_best, warm[0], run / "learning_curve.png", model.logger, policy_label="candidate-ppo (validation)",
-               warm_label="warm start (the library planner)", ylabel="Goodput summed over validation, x the warm start", summed=True)
+               warm_label=warm_label, ylabel="Goodput summed over validation, x the warm start", summed=True)
     return run
 
 
