@@ -188,6 +188,20 @@ def test_the_daemon_serves_the_same_file_on_both_node_shapes(tmp_path, run, scen
     assert daemon.guard.policy.name == "candidate-ppo" and daemon.guard.policy.library.worker is not None  # solves beside the loop
 
 
+def test_the_daemon_serves_a_file_trained_through_the_daemon_observer(tmp_path, daemon_run):
+    """``rlsched serve`` runs a daemon-observer file with its planner's library solving on the worker."""
+    from rlsched.daemon.config import DaemonConfig
+    from rlsched.daemon.loop import Daemon
+
+    config = DaemonConfig(scenario=TWO_GPUS, backend="sim", policy=f"candidate-ppo:{daemon_run}", cycles=6, metrics_addr=None,
+                          perf_model="calibrated", source=str(tmp_path / "daemon.yaml"), logdir=str(tmp_path / "tb"))
+    daemon = Daemon(config)
+    assert daemon.run() == 0
+    assert daemon.cycle == 6 and daemon.fallbacks == 0
+    policy = daemon.guard.policy
+    assert policy.observer_kind == "daemon" and policy.observer.policy.background_solves and policy.library.worker is not None
+
+
 def test_a_background_solve_joins_the_library_after_it_is_done():
     """With ``background=True`` a new load's solve runs on the worker, started once the decision
     is made; the decision loop does not wait, and the solution joins at the first refresh after

@@ -460,6 +460,7 @@ class MigratorQueue(MigratorIlp):
         self.planner.slo_guards = {name: self.bursts.guard(name, self.smoothed_rps[name], left) for name in self.bursts.history}
         self.spread = forecast_spread(self.residuals)
         self._decided = (env.current, rates, backlog, accuracy)
+        self._kept_value: float | None = None
         answer = self._choose(env, rates, backlog, accuracy)
         self.applied(answer)
         return answer
@@ -471,10 +472,12 @@ class MigratorQueue(MigratorIlp):
         from the last interval has its value predicted, for the value model's measured error."""
         current, rates, backlog, accuracy = self._decided
         self.chosen = configuration
-        predicted = None
-        if current is not None and configuration == current:
-            predicted = self.planner.predicted_goodput(current, self.planner.forecast([rates], backlog), accuracy, self.spread)
-        self.value_error.predict(predicted)
+        if current is None or configuration != current:
+            self.value_error.predict(None)
+            return
+        if self._kept_value is None:  # told twice (its own answer, then the chooser's): valued once
+            self._kept_value = self.planner.predicted_goodput(current, self.planner.forecast([rates], backlog), accuracy, self.spread)
+        self.value_error.predict(self._kept_value)
 
     def _decide(self, env: GpuShareEnv, lookahead: int, rates: dict[str, float], backlog: dict[str, float],
                 accuracy: dict[str, float]) -> tuple[Plan, Configuration]:
