@@ -8,7 +8,8 @@ A config with a ``candidate_choice:`` section (``configs/train/candidate_ppo.yam
    (:class:`ScenarioMixEnv`), ``n_envs`` of them stepped in parallel processes;
 2. MaskablePPO with :class:`~rlsched.agents.ppo.candidate_policy.CandidateScorerPolicy`: its
    prior is the planner's predicted gain, so before any update the deterministic policy is the
-   library planner (``planner-library``), and PPO learns a residual;
+   library planner (``planner-library``; with ``observer: daemon``, ``queue-slo-offered``), and
+   PPO learns a residual;
 3. before training, the validation episodes (the training scenarios at seeds not trained on)
    are run with ``migrator-ilp`` and ``static-best`` (the learning curve's reference lines);
    every ``eval_freq`` steps the deterministic policy runs them on the request-level
