@@ -19,7 +19,7 @@ and any GPU type: the node's shape never enters the observation's size.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -50,10 +50,11 @@ GLOBAL_FEATURES: tuple[str, ...] = ("since_change", "burst_ratio", "slo_attainme
 #: were offered; ``cost``, ``hurdle``: the daemon objective's move cost and payback hurdle;
 #: ``rank``: by ``gain`` (0 best); ``moved``. Goodput terms are over the daemon planner's lookahead.
 DAEMON_CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain", "gain_ewma", "gain_burst", "cost", "hurdle", "rank", "moved")
-#: What a candidate-choice policy observes through: ``plain`` (:class:`CandidateObserver`, the
-#: library planner's model) or ``daemon`` (:class:`DaemonObserver`); a policy file names its
-#: own in its ``observer`` metadata (none: ``plain``).
-OBSERVERS: tuple[str, ...] = ("plain", "daemon")
+#: What a candidate-choice policy observes through, and the per-candidate features it sees:
+#: ``plain`` (:class:`CandidateObserver`, the library planner's model) or ``daemon``
+#: (:class:`DaemonObserver`); a policy file names its own in its ``observer`` metadata (none: ``plain``).
+OBSERVER_FEATURES: dict[str, tuple[str, ...]] = {"plain": CANDIDATE_FEATURES, "daemon": DAEMON_CANDIDATE_FEATURES}
+OBSERVERS: tuple[str, ...] = tuple(OBSERVER_FEATURES)
 #: Intervals after which "since the last change" reads 1.
 SINCE_CHANGE_SCALE = 30.0
 #: Every feature is clipped to [-FEATURE_LIMIT, FEATURE_LIMIT].
@@ -96,16 +97,33 @@ def candidate_observation(offered: list[int], gain_ewma: np.ndarray, gain_burst:
     slot, in slot order, ``gain_last`` and ``moved``. The one place the features are computed,
     for the request-level environment and its surrogate alike."""
     scale = reward_scale * MIGRATOR_LOOKAHEAD
-    order = np.argsort(-gain_ewma[offered], kind="stable")
-    rank = np.empty(len(offered))
-    rank[order] = np.arange(len(offered)) / max(CANDIDATES - 1, 1)
-    rows = np.zeros((CANDIDATES, len(CANDIDATE_FEATURES)))
     index = np.asarray(offered)
-    rows[: len(offered)] = np.column_stack([index == 0, gain_ewma[index] / scale, np.asarray(gain_last) / scale, gain_burst[index] / scale,
-                                            cost[index] / scale, value[index] / scale, rank, moved])
+    slots = np.column_stack([index == 0, gain_ewma[index] / scale, np.asarray(gain_last) / scale, gain_burst[index] / scale,
+                             cost[index] / scale, value[index] / scale, slot_rank(gain_ewma[index]), moved])
+    return pack_observation(slots, since_change, burst_ratio, attainment)
+
+
+def slot_rank(gain: np.ndarray) -> np.ndarray:
+    """The ``rank`` feature of each offered slot: its place by ``gain`` (0 best, ties in slot
+    order), as a fraction of the last slot's."""
+    rank = np.empty(len(gain))
+    rank[np.argsort(-gain, kind="stable")] = np.arange(len(gain)) / max(CANDIDATES - 1, 1)
+    return rank
+
+
+def pack_observation(slots: np.ndarray, since_change: int, burst_ratio: float, attainment: float) -> np.ndarray:
+    """An observation from the offered slots' feature rows (padded with zero rows to
+    :data:`CANDIDATES`) and the :data:`GLOBAL_FEATURES`, clipped to :data:`FEATURE_LIMIT`."""
+    rows = np.zeros((CANDIDATES, slots.shape[1]))
+    rows[: len(slots)] = slots
     glob = np.array([min(since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment])
     observation = np.concatenate([rows.ravel(), glob])
     return np.clip(np.nan_to_num(observation), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)
+
+
+def burst_ratio_feature(burst: Mapping[str, float], rates: Mapping[str, float]) -> float:
+    """The ``burst_ratio`` global feature: the largest burst-to-EWMA rate ratio minus 1."""
+    return max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
 
 
 class CandidateObserver:
@@ -197,10 +215,9 @@ class CandidateObserver:
         offered = [self.scored.configurations[i] for i in self.offered]
         at_last = self.library.value(offered, self.planner.forecast([last] * MIGRATOR_LOOKAHEAD, backlog), accuracy)
         gain_last = at_last.objective - at_last.objective[0]
-        burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
         return candidate_observation(self.offered, gain_ewma, gain_burst, gain_last, self.scored.cost, self.scored.value,
                                      [moved_fraction(c, env.current) for c in offered], self.reward_scale,
-                                     self.since_change, burst_ratio, attainment)
+                                     self.since_change, burst_ratio_feature(burst, rates), attainment)
 
 
 class DaemonObserver:
@@ -296,19 +313,12 @@ class DaemonObserver:
             self.candidates, objective, assessed = weighed
             gain = objective - objective[0]
             cost, hurdle = (np.array([0.0] + [a[k] for a in assessed[1:]]) for k in (1, 2))  # keeping moves nothing
-            order = np.argsort(-gain, kind="stable")
-            rank = np.empty(len(gain))
-            rank[order] = np.arange(len(gain)) / max(CANDIDATES - 1, 1)
             ewma, burst_gain = self.policy.offered_plain_gains
             moved = [moved_fraction(c, current) for c in self.candidates]
-            columns = np.vstack([np.arange(len(gain)) == 0, gain, ewma, burst_gain, cost, hurdle, rank, moved])
+            columns = np.vstack([np.arange(len(gain)) == 0, gain, ewma, burst_gain, cost, hurdle, slot_rank(gain), moved])
             columns[1:6] /= self.reward_scale * self.policy.lookahead
         self.choice = self.candidates.index(answer)
-        rows = np.zeros((CANDIDATES, len(DAEMON_CANDIDATE_FEATURES)))
-        rows[: len(self.candidates)] = columns.T
-        burst_ratio = max((burst[n] / max(rates[n], 1e-9) - 1.0 for n in rates), default=0.0)
-        glob = np.array([min(self.since_change / SINCE_CHANGE_SCALE, 1.0), burst_ratio, attainment])
-        return np.clip(np.nan_to_num(np.concatenate([rows.ravel(), glob])), -FEATURE_LIMIT, FEATURE_LIMIT).astype(np.float32)
+        return pack_observation(columns.T, self.since_change, burst_ratio_feature(burst, rates), attainment)
 
 
 def make_observer(kind: str, env: GpuShareEnv, library: CandidateLibrary | None = None,
@@ -348,8 +358,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self.paired_horizon = paired_horizon
         self.observer_kind = observer
         self.observer: CandidateObserver | DaemonObserver | None = None
-        features = DAEMON_CANDIDATE_FEATURES if observer == "daemon" else CANDIDATE_FEATURES
-        size = CANDIDATES * len(features) + len(GLOBAL_FEATURES)
+        size = CANDIDATES * len(OBSERVER_FEATURES[observer]) + len(GLOBAL_FEATURES)
         self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(CANDIDATES)
 

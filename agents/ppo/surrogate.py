@@ -46,7 +46,7 @@ import numpy as np
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.candidates import BURST_WINDOW, CANDIDATES, offer_slots
 from rlsched.agents.ppo.candidate_env import (CANDIDATE_FEATURES, FEATURE_LIMIT, GLOBAL_FEATURES, CandidateChoiceEnv, CandidateObserver,
-                                              candidate_observation, moved_fraction, read_node)
+                                              burst_ratio_feature, candidate_observation, moved_fraction, read_node)
 from rlsched.agents.ppo.expected_ppo import ACTION_ADVANTAGES_KEY
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
@@ -155,7 +155,7 @@ def record_episode(env: GpuShareEnv, seed: int, name: str = "", progress: bool =
             configurations.append(c)
     value, cost = _tabulate(observer, configurations, inputs, name, progress)
     moved = np.array([[moved_fraction(k, j) for k in configurations] for j in configurations], dtype=np.float32)
-    burst_ratio = [max((step["burst"][n] / max(r, 1e-9) - 1.0 for n, r in step["rates"].items()), default=0.0) for step in inputs]
+    burst_ratio = [burst_ratio_feature(step["burst"], step["rates"]) for step in inputs]
     return SurrogateEpisode(value=value, cost=cost, moved=moved, path=np.array([configurations.index(c) for c in path]),
                             since_change=np.array(since), burst_ratio=np.array(burst_ratio, dtype=np.float32),
                             attainment=np.array([s["attainment"] for s in inputs], dtype=np.float32),
