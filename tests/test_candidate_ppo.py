@@ -58,6 +58,9 @@ def test_training_writes_both_policies_the_curve_and_the_references(run):
     # paired advantages: a prior weight of 2 departs from the planner often enough to measure some
     assert {"paired/departures", "validation/x_warm_start", "validation/x_static_best"} <= set(logged.Tags()["scalars"])
     assert max(e.value for e in logged.Scalars("paired/departures")) > 0.0
+    # the departures apart by what the planner chose: on these tiny nodes it mostly keeps
+    assert max(e.value for e in logged.Scalars("paired/departures_where_planner_keeps")) > 0.0
+    assert {"paired/mean_departure_advantage_where_planner_keeps", "paired/mean_departure_advantage_where_planner_moves"} <= set(logged.Tags()["scalars"])
 
 
 @pytest.fixture(scope="module")

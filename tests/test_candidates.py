@@ -451,8 +451,10 @@ def test_through_the_daemon_observer_a_paired_advantage_is_what_the_two_courses_
                 action = int(np.flatnonzero(env.action_masks())[-1])
                 assert action != env.planner_choice()
             decisions = env.observer.policy.library.decisions
+            planner_keeps = env.observer.configuration(env.planner_choice()) == env.env.current
             _, reward, _, _, info = env.step(action)
             assert env.observer.policy.library.decisions == decisions + 1  # the branches decided on copies
+            assert info["planner_keeps"] == planner_keeps
             rewards.append(reward)
             advantage = info["paired_advantage"] if step == depart_at else advantage
         return rewards, advantage

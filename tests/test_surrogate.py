@@ -64,8 +64,10 @@ def test_the_surrogate_has_the_request_level_spaces_random_starts_and_short_epis
         steps, truncated = 0, False
         while not truncated:
             assert env._library_choice(env.t, env.running) == env._candidate(env.planner_choice())  # the continuations' shortcut
+            planner_keeps = env._candidate(env.planner_choice()) == env.running
             observation, reward, terminated, truncated, info = env.step(env.planner_choice())
             assert not terminated and np.isfinite(reward) and info["paired_advantage"] == 0.0
+            assert info["planner_keeps"] == planner_keeps
             steps += 1
         assert steps == min(3, episode.decisions - 1 - start)
     assert len(starts) > 1

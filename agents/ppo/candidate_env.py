@@ -392,10 +392,11 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         chosen = self.observer.configuration(int(action))
         planned = self.observer.configuration(self.observer.planner_choice())
         advantage = self.paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
+        planner_keeps = planned == self.env.current
         self.observer.commit(chosen)
         # a masked slot keeps the running configuration (MaskablePPO never picks one; a plain policy may)
         _, reward, terminated, truncated, info = self.env.step_configuration(chosen)
-        info["paired_advantage"] = advantage
+        info["paired_advantage"], info["planner_keeps"] = advantage, planner_keeps
         return self.observer.observe(), float(reward) / self.reward_scale, terminated, truncated, info
 
     def paired_advantage(self, chosen: Configuration, rule: Configuration, horizon: int | None = None) -> float:

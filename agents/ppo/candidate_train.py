@@ -156,7 +156,8 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = self.active.step(action)
-        return observation, reward, terminated, truncated, {"paired_advantage": info["paired_advantage"]}  # the rest stays here
+        # what the callbacks read (PairedCandidateAdvantages); the rest stays here
+        return observation, reward, terminated, truncated, {key: info[key] for key in ("paired_advantage", "planner_keeps")}
 
     def action_masks(self) -> np.ndarray:
         """The running episode's masks."""
@@ -316,13 +317,20 @@ class PairedCandidateAdvantages(BaseCallback):
     """Replaces PPO's advantage estimates by the environments' paired ones (``info["paired_advantage"]``:
     0 where the policy chose as the library planner, the exact counterfactual advantage of
     the departure otherwise). PPO's update is then a step of policy improvement over the
-    planner; the clipped objective, the masks and the value loss are MaskablePPO's."""
+    planner; the clipped objective, the masks and the value loss are MaskablePPO's.
+
+    It logs the departures apart by what the planner chose (``info["planner_keeps"]``): where
+    it keeps, a departure is a move the planner did not make; where it moves, a move skipped or
+    changed. One scorer learns from both, so a lesson of the first kind (moving is mostly
+    worse) can become a bias against the planner's own moves."""
 
     def _on_rollout_start(self) -> None:
         self.rows: list[list[float]] = []
+        self.keeps: list[list[bool]] = []
 
     def _on_step(self) -> bool:
         self.rows.append([float(info.get("paired_advantage", 0.0)) for info in self.locals["infos"]])
+        self.keeps.append([bool(info.get("planner_keeps", False)) for info in self.locals["infos"]])
         return True
 
     def _on_rollout_end(self) -> None:
@@ -333,3 +341,7 @@ class PairedCandidateAdvantages(BaseCallback):
         self.logger.record("paired/departures", float(departures.mean()))
         self.logger.record("paired/positive", float((advantages > 0).sum() / max(departures.sum(), 1)))
         self.logger.record("paired/mean_departure_advantage", float(advantages[departures].mean()) if departures.any() else 0.0)
+        keeps = np.array(self.keeps, dtype=bool).reshape(advantages.shape)
+        self.logger.record("paired/departures_where_planner_keeps", float((departures & keeps).sum() / max(departures.sum(), 1)))
+        for label, where in (("keeps", departures & keeps), ("moves", departures & ~keeps)):
+            self.logger.record(f"paired/mean_departure_advantage_where_planner_{label}", float(advantages[where].mean()) if where.any() else 0.0)

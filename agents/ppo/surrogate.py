@@ -238,6 +238,7 @@ class SurrogateChoiceEnv(gym.Env[np.ndarray, np.int64]):
             info["paired_advantage"] = float(info[ACTION_ADVANTAGES_KEY][int(action)]) if chosen != planned else 0.0
         else:
             info["paired_advantage"] = self._paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
+        info["planner_keeps"] = planned == self.running
         reward = self._reward(self.t, self.running, chosen)
         self.since_change = 0 if chosen != self.running else self.since_change + 1
         self.running, self.t = chosen, self.t + 1
