@@ -12,7 +12,9 @@ and tenants, any MIG-capable GPU type.
 A file whose ``observer`` metadata is ``daemon`` observes through
 :class:`~rlsched.agents.ppo.candidate_env.DaemonObserver` instead: it chooses among the slots
 ``queue-slo-offered`` weighs, described by the daemon planner's objective (a first decision on
-a node already running is that planner's MILP).
+a node already running is that planner's MILP). A file whose ``choose_at`` metadata is
+``planner-moves`` chooses only where the observer's planner moves; where it keeps, so does
+the file.
 
 No simulation and no MILP solve runs on the decision path: a load the library has no solution
 for asks the planner for one, which joins the library at a later decision. In ``rlsched
@@ -34,7 +36,7 @@ import numpy as np
 from rlsched.agents.baselines.base import Policy
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.agents.onnx_policy import open_choice_policy
-from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, OBSERVERS, make_observer
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, CHOOSE_AT, GLOBAL_FEATURES, OBSERVERS, make_observer
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
@@ -45,6 +47,8 @@ CANDIDATE_CHOICE_KIND = "candidate-ppo"
 STEPS_KEY = "num_timesteps"
 #: Metadata key of what the file's network observes through (:data:`~rlsched.agents.ppo.candidate_env.OBSERVERS`; none: ``plain``).
 OBSERVER_KEY = "observer"
+#: Metadata key of where the file's network chooses (:data:`~rlsched.agents.ppo.candidate_env.CHOOSE_AT`; none: every decision).
+CHOOSE_AT_KEY = "choose_at"
 #: The shipped candidate-choice policy (``candidate-ppo`` alone; its model card is the README beside it).
 SHIPPED_CANDIDATE_POLICY = Path(__file__).parent / "policies" / "candidate" / "policy.onnx"
 
@@ -71,9 +75,12 @@ class CandidatePpo(Policy):
         self.observer_kind = meta.get(OBSERVER_KEY, "plain")
         if self.observer_kind not in OBSERVERS:
             raise ConfigError(self.path, OBSERVER_KEY, self.observer_kind, f"expected one of {', '.join(OBSERVERS)}")
+        self.choose_at = meta.get(CHOOSE_AT_KEY, "every-decision")
+        if self.choose_at not in CHOOSE_AT:
+            raise ConfigError(self.path, CHOOSE_AT_KEY, self.choose_at, f"expected one of {', '.join(CHOOSE_AT)}")
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.observer = make_observer(self.observer_kind, env, background_solves=self.background_solves)
+        self.observer = make_observer(self.observer_kind, env, background_solves=self.background_solves, choose_at=self.choose_at)
         self.report = {"planner_disagreements": 0, "library_solves": self.observer.library.solves,
                        "library_solve_ms": self.observer.library.solve_ms, "ppo_steps": self.num_timesteps}
 

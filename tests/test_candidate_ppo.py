@@ -111,6 +111,24 @@ def test_a_file_naming_an_unknown_observer_is_refused(tmp_path, run):
         make_policy(f"candidate-ppo:{tmp_path / 'odd.onnx'}")
 
 
+def test_a_file_s_choose_at_sets_where_its_policy_chooses_and_an_unknown_one_is_refused(tmp_path, run):
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(run / "policy.onnx")).metadata_props}
+    assert meta["choose_at"] == "every-decision"
+    for value in ("planner-moves", "sometimes"):
+        relabelled = onnx.load(str(run / "policy.onnx"))
+        next(p for p in relabelled.metadata_props if p.key == "choose_at").value = value
+        onnx.save(relabelled, str(tmp_path / f"{value}.onnx"))
+    policy = make_policy(f"candidate-ppo:{tmp_path / 'planner-moves.onnx'}")
+    env = GpuShareEnv(TINY)
+    env.reset(seed=0)
+    policy.reset(env)
+    assert policy.observer.choose_at == "planner-moves"
+    with pytest.raises(ConfigError, match="choose_at"):
+        make_policy(f"candidate-ppo:{tmp_path / 'sometimes.onnx'}")
+
+
 def test_the_warm_start_is_the_library_planner_on_two_node_shapes(run):
     """Before any PPO update the network chooses what ``planner-library`` applies, on a
     one-GPU and a two-GPU node, from the same file."""
@@ -164,6 +182,8 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
     ({"candidate_choice": {"scenarios": ["no-such-scenario"]}}, "no-such-scenario"),
     ({"candidate_choice": {"scenarios": [TINY], "observer": "oracle"}}, "candidate_choice.observer"),
     ({"candidate_choice": {"scenarios": [TINY], "observer": "daemon", "surrogate_episodes": 2}}, "candidate_choice.surrogate_episodes"),
+    ({"candidate_choice": {"scenarios": [TINY], "choose_at": "sometimes"}}, "candidate_choice.choose_at"),
+    ({"candidate_choice": {"scenarios": [TINY], "choose_at": "planner-moves", "surrogate_episodes": 2}}, "candidate_choice.surrogate_episodes"),
     ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
 ])
 def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, field):

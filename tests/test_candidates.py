@@ -12,7 +12,7 @@ from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.candidates import JOINT_RATE_SCALES, CandidateLibrary
 from rlsched.agents.evaluation import run_episode
-from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, CandidateChoiceEnv
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, CHOOSE_AT, GLOBAL_FEATURES, CandidateChoiceEnv
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.solver.planner import Planner
 
@@ -465,3 +465,29 @@ def test_through_the_daemon_observer_a_paired_advantage_is_what_the_two_courses_
     assert advantage != 0.0
     window = slice(depart_at, depart_at + horizon)
     assert advantage == pytest.approx(sum(departed[window]) - sum(followed[window]), rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("observer", ["plain", "daemon"])
+def test_choosing_at_the_planner_s_moves_masks_all_but_the_planner_s_slot_where_it_keeps(observer):
+    """With ``choose_at: planner-moves``, where the observer's planner moves the policy may
+    choose any offered slot, and where it keeps only the planner's; following the planner, the
+    episode is the one of choosing at every decision (``default``: both kinds of decision, with
+    twelve slots offered, within eight intervals)."""
+    from rlsched.workloads.scenario import load_scenario
+
+    every, at_moves = [CandidateChoiceEnv(GpuShareEnv(load_scenario("default")), observer=observer, choose_at=where) for where in CHOOSE_AT]
+    for env in (every, at_moves):
+        env.reset(seed=0)
+    moves = restricted = 0
+    for _ in range(8):
+        slot = every.planner_choice()
+        assert at_moves.planner_choice() == slot and at_moves.env.current == every.env.current
+        if every.observer.configuration(slot) == every.env.current:
+            assert np.array_equal(at_moves.action_masks(), np.arange(CANDIDATES) == slot)
+            restricted += int(every.action_masks().sum() > 1)
+        else:
+            assert np.array_equal(at_moves.action_masks(), every.action_masks())
+            moves += int(every.action_masks().sum() > 1)
+        for env in (every, at_moves):
+            env.step(slot)
+    assert moves and restricted

@@ -55,6 +55,24 @@ DAEMON_CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain", "gain_ewma", "gain
 #: (:class:`DaemonObserver`); a policy file names its own in its ``observer`` metadata (none: ``plain``).
 OBSERVER_FEATURES: dict[str, tuple[str, ...]] = {"plain": CANDIDATE_FEATURES, "daemon": DAEMON_CANDIDATE_FEATURES}
 OBSERVERS: tuple[str, ...] = tuple(OBSERVER_FEATURES)
+#: Where a candidate-choice policy chooses: at every decision, or only where the observer's
+#: planner moves (where it keeps, the mask holds its slot alone, so the policy keeps too).
+#: Why the second: at every decision almost all of PPO's departures are moves the planner did
+#: not make, which mostly lose; one scorer generalised that into a bonus for keeping that
+#: overturned the planner's own moves (docs/history-candidate-policy.md, stop 83).
+CHOOSE_AT: tuple[str, ...] = ("every-decision", "planner-moves")
+
+
+def choice_masks(observer: CandidateObserver | DaemonObserver, offered: int) -> np.ndarray:
+    """The slots ``observer``'s policy may choose: the ``offered`` ones, or, where it chooses
+    only at the planner's moves (:data:`CHOOSE_AT`) and the planner keeps, the planner's alone."""
+    if observer.choose_at == "planner-moves":
+        planned = observer.planner_choice()
+        if observer.configuration(planned) == observer.env.current:
+            return np.arange(CANDIDATES) == planned
+    return np.arange(CANDIDATES) < offered
+
+
 #: Intervals after which "since the last change" reads 1.
 SINCE_CHANGE_SCALE = 30.0
 #: Every feature is clipped to [-FEATURE_LIMIT, FEATURE_LIMIT].
@@ -140,6 +158,9 @@ class CandidateObserver:
     :param background_solves: a new library solves new loads on a worker thread (the daemon)
     """
 
+    #: Where the policy chooses (:data:`CHOOSE_AT`; :func:`make_observer` sets it).
+    choose_at = "every-decision"
+
     def __init__(self, env: GpuShareEnv, library: CandidateLibrary | None = None, background_solves: bool = False) -> None:
         self.env = env
         if library is None:
@@ -165,8 +186,8 @@ class CandidateObserver:
         return self.planner.plan(windows, None, accuracy).configuration
 
     def action_masks(self) -> np.ndarray:
-        """True for the slots that hold a candidate."""
-        return np.arange(CANDIDATES) < len(self.offered)
+        """True for the slots the policy may choose (:func:`choice_masks`)."""
+        return choice_masks(self, len(self.offered))
 
     def configuration(self, slot: int) -> Configuration:
         """The configuration in ``slot``; a masked or unknown slot keeps the running one."""
@@ -239,6 +260,9 @@ class DaemonObserver:
     :param background_solves: the library solves new loads on a worker thread (the daemon)
     """
 
+    #: Where the policy chooses (:data:`CHOOSE_AT`; :func:`make_observer` sets it).
+    choose_at = "every-decision"
+
     def __init__(self, env: GpuShareEnv, background_solves: bool = False) -> None:
         from rlsched.agents.baselines.planners import QueueSloOffered
 
@@ -264,8 +288,8 @@ class DaemonObserver:
         return self.policy.act(np.zeros(0), self.env)
 
     def action_masks(self) -> np.ndarray:
-        """True for the slots that hold a candidate."""
-        return np.arange(CANDIDATES) < len(self.candidates)
+        """True for the slots the policy may choose (:func:`choice_masks`)."""
+        return choice_masks(self, len(self.candidates))
 
     def configuration(self, slot: int) -> Configuration:
         """The configuration in ``slot``; a masked or unknown slot is slot 0's (keeping the
@@ -322,12 +346,13 @@ class DaemonObserver:
 
 
 def make_observer(kind: str, env: GpuShareEnv, library: CandidateLibrary | None = None,
-                  background_solves: bool = False) -> CandidateObserver | DaemonObserver:
+                  background_solves: bool = False, choose_at: str = "every-decision") -> CandidateObserver | DaemonObserver:
     """The observer named ``kind`` (:data:`OBSERVERS`) for ``env``; ``library``: a plain
-    observer's library to go on with (the daemon observer's belongs to its planner)."""
-    if kind == "daemon":
-        return DaemonObserver(env, background_solves)
-    return CandidateObserver(env, library, background_solves)
+    observer's library to go on with (the daemon observer's belongs to its planner);
+    ``choose_at``: where its policy chooses (:data:`CHOOSE_AT`)."""
+    observer = DaemonObserver(env, background_solves) if kind == "daemon" else CandidateObserver(env, library, background_solves)
+    observer.choose_at = choose_at
+    return observer
 
 
 class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
@@ -346,14 +371,19 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     :param observer: what the policy observes through (:data:`OBSERVERS`): the library
         planner's model, or the daemon planner's objective (its library is not kept across
         episodes: it belongs to the planner, made anew at each reset)
+    :param choose_at: where the policy chooses (:data:`CHOOSE_AT`)
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, env: GpuShareEnv, keep_library: bool = False, paired_horizon: int = 0, observer: str = "plain") -> None:
+    def __init__(self, env: GpuShareEnv, keep_library: bool = False, paired_horizon: int = 0, observer: str = "plain",
+                 choose_at: str = "every-decision") -> None:
         if observer not in OBSERVERS:
             raise ValueError(f"observer {observer!r}: expected one of {OBSERVERS}")
+        if choose_at not in CHOOSE_AT:
+            raise ValueError(f"choose_at {choose_at!r}: expected one of {CHOOSE_AT}")
         self.env = env
+        self.choose_at = choose_at
         self.keep_library = keep_library
         self.paired_horizon = paired_horizon
         self.observer_kind = observer
@@ -382,7 +412,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self.env.reset(seed=seed, options=options)
-        self.observer = make_observer(self.observer_kind, self.env, self.library if self.keep_library else None)
+        self.observer = make_observer(self.observer_kind, self.env, self.library if self.keep_library else None, choose_at=self.choose_at)
         if self.env.current is None:  # nothing deployed yet: the planner's first configuration
             self.env.step_configuration(self.observer.first_configuration())
         return self.observer.observe(), {}
@@ -425,7 +455,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         return (earned[0] - earned[1]) / self.reward_scale
 
     def action_masks(self) -> np.ndarray:
-        """True for the slots that hold a candidate."""
+        """True for the slots the policy may choose (:func:`choice_masks`)."""
         assert self.observer is not None
         return self.observer.action_masks()
 

@@ -75,6 +75,11 @@ class CandidateChoiceConfig:
     library, the warm start ``planner-library``; ``daemon``: the daemon planner's objective on
     ``queue-slo-offered``'s offered slots, the warm start ``queue-slo-offered``; see
     :data:`~rlsched.agents.ppo.candidate_env.OBSERVERS`)"""
+    choose_at: str = "every-decision"
+    """where the policy chooses (:data:`~rlsched.agents.ppo.candidate_env.CHOOSE_AT`):
+    ``every-decision``, or ``planner-moves`` (where the planner keeps, the policy keeps too:
+    PPO then learns which move, or none, where the planner moves). Recorded in the file's
+    ``choose_at`` metadata, so that deployment masks the same way."""
     expected_ppo: bool = False
     """on the surrogate: PPO's clipped objective in expectation over every action, from every
     action's paired advantage over ``paired_horizon`` intervals
@@ -99,7 +104,7 @@ def is_candidate_config(path: str | Path) -> bool:
 def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     """Read and check a ``candidate-ppo`` training config (errors name the file, field and value)."""
     from rlsched.agents.experts import scenario_of
-    from rlsched.agents.ppo.candidate_env import OBSERVERS
+    from rlsched.agents.ppo.candidate_env import CHOOSE_AT, OBSERVERS
 
     path = Path(path)
     config: CandidateTrainConfig = _section(str(path), "", CandidateTrainConfig, read_yaml_config(path))
@@ -124,6 +129,11 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     if choice.observer != "plain" and choice.surrogate_episodes:
         raise ConfigError(path, "candidate_choice.surrogate_episodes", choice.surrogate_episodes,
                           f"the surrogate tabulates the plain observer only; set 0 with observer {choice.observer}")
+    if choice.choose_at not in CHOOSE_AT:
+        raise ConfigError(path, "candidate_choice.choose_at", choice.choose_at, f"expected one of {', '.join(CHOOSE_AT)}")
+    if choice.choose_at != "every-decision" and choice.surrogate_episodes:
+        raise ConfigError(path, "candidate_choice.surrogate_episodes", choice.surrogate_episodes,
+                          f"the surrogate's masks are every decision's; set 0 with choose_at {choice.choose_at}")
     if choice.prior_weight <= 0:
         raise ConfigError(path, "candidate_choice.prior_weight", choice.prior_weight, "must be > 0 (the warm start is the planner's choice)")
     for spec in choice.scenarios:
@@ -137,13 +147,13 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0, observer: str = "plain") -> None:
+    def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0, observer: str = "plain", choose_at: str = "every-decision") -> None:
         from rlsched.agents.experts import scenario_of
         from rlsched.agents.ppo.candidate_env import CandidateChoiceEnv
         from rlsched.envs.gpushare import GpuShareEnv
 
         self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True,
-                                        paired_horizon=paired_horizon, observer=observer)
+                                        paired_horizon=paired_horizon, observer=observer, choose_at=choose_at)
                      for spec in specs]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
@@ -164,10 +174,11 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
         return self.active.action_masks()
 
 
-def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: str, progress: bool, observer: str = "plain") -> np.ndarray:
+def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: str, progress: bool, observer: str = "plain",
+             choose_at: str = "every-decision") -> np.ndarray:
     """Goodput of each validation episode (scenario x seed, request-equivalents) choosing with
     ``choose(env, observation) -> slot`` on the request-level simulator, each from the seed
-    library, observing through ``observer``."""
+    library, observing through ``observer``, choosing where ``choose_at`` says."""
     from tqdm import tqdm
 
     from rlsched.agents.experts import scenario_of
@@ -176,7 +187,7 @@ def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: 
 
     earned = []
     for spec, seed in tqdm([(s, k) for s in specs for k in seeds], desc=desc, unit="episode", disable=not progress, leave=False):
-        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), observer=observer)
+        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), observer=observer, choose_at=choose_at)
         observation, _ = env.reset(seed=seed)
         truncated = terminated = False
         while not (truncated or terminated):
@@ -205,7 +216,7 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, OBSERVER_KEY
+    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, CHOOSE_AT_KEY, OBSERVER_KEY
     from rlsched.agents.onnx_policy import KIND_KEY
     from rlsched.agents.ppo.candidate_policy import CANDIDATE_LAYOUTS
 
@@ -230,7 +241,7 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
         # loop on two shared cores cut training from 1,650 to under 100 steps/s (measured).
         torch.set_num_threads(1)
     else:
-        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer)) for _ in range(config.n_envs)]
+        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer, choice.choose_at)) for _ in range(config.n_envs)]
         venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
     venv.seed(config.seed)
     model = scorer_model(config, venv, run, normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
@@ -238,7 +249,7 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
                                         "layout": CANDIDATE_LAYOUTS[choice.observer]},
                          expected=choice.expected_ppo)
     metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs)),
-                OBSERVER_KEY: choice.observer}
+                OBSERVER_KEY: choice.observer, CHOOSE_AT_KEY: choice.choose_at}
     curve: list[tuple[int, float]] = []
     episodes: list[list[float]] = []  # per validation, each episode's Goodput
     warm: list[np.ndarray] = []
@@ -248,7 +259,7 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
             action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
             return int(action)
 
-        earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress, choice.observer)
+        earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress, choice.observer, choice.choose_at)
         if not warm:
             warm.append(earned)  # step 0: the warm start, the library planner itself (up to ties)
         # Ratios of the summed Goodput: an episode's own ratio explodes where a policy earns
