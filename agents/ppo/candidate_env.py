@@ -63,13 +63,16 @@ OBSERVERS: tuple[str, ...] = tuple(OBSERVER_FEATURES)
 CHOOSE_AT: tuple[str, ...] = ("every-decision", "planner-moves")
 
 
+def planner_keeps(observer: CandidateObserver | DaemonObserver) -> bool:
+    """Whether ``observer``'s planner chose the configuration the node runs."""
+    return observer.configuration(observer.planner_choice()) == observer.env.current
+
+
 def choice_masks(observer: CandidateObserver | DaemonObserver, offered: int) -> np.ndarray:
     """The slots ``observer``'s policy may choose: the ``offered`` ones, or, where it chooses
     only at the planner's moves (:data:`CHOOSE_AT`) and the planner keeps, the planner's alone."""
-    if observer.choose_at == "planner-moves":
-        planned = observer.planner_choice()
-        if observer.configuration(planned) == observer.env.current:
-            return np.arange(CANDIDATES) == planned
+    if observer.choose_at == "planner-moves" and planner_keeps(observer):
+        return np.arange(CANDIDATES) == observer.planner_choice()
     return np.arange(CANDIDATES) < offered
 
 
@@ -422,11 +425,11 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         chosen = self.observer.configuration(int(action))
         planned = self.observer.configuration(self.observer.planner_choice())
         advantage = self.paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
-        planner_keeps = planned == self.env.current
+        keeps = planner_keeps(self.observer)
         self.observer.commit(chosen)
         # a masked slot keeps the running configuration (MaskablePPO never picks one; a plain policy may)
         _, reward, terminated, truncated, info = self.env.step_configuration(chosen)
-        info["paired_advantage"], info["planner_keeps"] = advantage, planner_keeps
+        info["paired_advantage"], info["planner_keeps"] = advantage, keeps
         return self.observer.observe(), float(reward) / self.reward_scale, terminated, truncated, info
 
     def paired_advantage(self, chosen: Configuration, rule: Configuration, horizon: int | None = None) -> float:
