@@ -101,6 +101,40 @@ def test_through_the_daemon_observer_the_warm_start_is_queue_slo_offered_on_two_
     assert warm == planner and len({str(c) for c in warm}) > 1
 
 
+def test_expected_ppo_trains_on_the_simulator_choosing_at_the_planner_s_moves(tmp_path):
+    """With ``choose_at: planner-moves`` and ``expected_ppo``, every PPO sample is a decision
+    where the daemon planner moves, with every slot's paired advantage measured on the
+    request-level simulator: the update reads them (``expected/*`` scalars), the policy moves,
+    and the file records where it chooses (train-retrain cut to 30 intervals, whose second
+    retraining job then never runs)."""
+    import onnx
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlsched.agents.ppo.candidate_train import train_candidate_choice
+
+    suite = Path(__file__).parents[1] / "configs/scenarios/suite"
+    retrain = yaml.safe_load((suite / "train-retrain.yaml").read_text())
+    retrain["duration_s"] = 30 * retrain["decision_interval_s"]
+    for tenant in retrain["tenants"]:
+        if "file" in tenant.get("arrivals", {}):
+            tenant["arrivals"]["file"] = str((suite / tenant["arrivals"]["file"]).resolve())
+        if "active" in tenant:  # the windows within the 30 intervals (retrain-bert's first starts at their end)
+            tenant["active"] = [w for w in tenant["active"] if w["from_s"] < retrain["duration_s"]]
+    retrain["tenants"] = [t for t in retrain["tenants"] if t.get("active", True)]
+    retrain["reference"]["placements"].pop("retrain-bert")
+    (tmp_path / "retrain-30.yaml").write_text(yaml.safe_dump(retrain))
+    choice = {"scenarios": [str(tmp_path / "retrain-30.yaml")], "validation_seeds": [1_000_003], "prior_weight": 2.0, "paired_horizon": 3,
+              "observer": "daemon", "choose_at": "planner-moves", "expected_ppo": True}
+    run = train_candidate_choice(write_config(tmp_path / "expected.yaml", candidate_choice=choice, total_timesteps=4, eval_freq=4,
+                                              ppo={"n_steps": 4, "batch_size": 4, "n_epochs": 2}), tmp_path / "run")
+    assert {p.key: p.value for p in onnx.load(str(run / "policy.onnx")).metadata_props}["choose_at"] == "planner-moves"
+    logged = EventAccumulator(str(next((run / "tb").iterdir())))
+    logged.Reload()
+    assert {"expected/positive_actions", "expected/states_with_a_better_action"} <= set(logged.Tags()["scalars"])
+    assert "paired/departures" not in logged.Tags()["scalars"]  # ExpectedPPO takes every action's advantage, not the chosen one's
+    assert logged.Scalars("train/approx_kl")[-1].value > 0.0
+
+
 def test_a_file_naming_an_unknown_observer_is_refused(tmp_path, run):
     import onnx
 
@@ -184,6 +218,7 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
     ({"candidate_choice": {"scenarios": [TINY], "observer": "daemon", "surrogate_episodes": 2}}, "candidate_choice.surrogate_episodes"),
     ({"candidate_choice": {"scenarios": [TINY], "choose_at": "sometimes"}}, "candidate_choice.choose_at"),
     ({"candidate_choice": {"scenarios": [TINY], "choose_at": "planner-moves", "surrogate_episodes": 2}}, "candidate_choice.surrogate_episodes"),
+    ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "expected_ppo": True}}, "candidate_choice.expected_ppo"),
     ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
 ])
 def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, field):

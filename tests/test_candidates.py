@@ -12,7 +12,7 @@ from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.candidates import JOINT_RATE_SCALES, CandidateLibrary
 from rlsched.agents.evaluation import run_episode
-from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, CHOOSE_AT, GLOBAL_FEATURES, CandidateChoiceEnv
+from rlsched.agents.ppo.candidate_env import ACTION_ADVANTAGES_KEY, CANDIDATE_FEATURES, CANDIDATES, CHOOSE_AT, GLOBAL_FEATURES, CandidateChoiceEnv
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.solver.planner import Planner
 
@@ -491,3 +491,70 @@ def test_choosing_at_the_planner_s_moves_masks_all_but_the_planner_s_slot_where_
         for env in (every, at_moves):
             env.step(slot)
     assert moves and restricted
+
+
+def test_choosing_only_at_choices_runs_the_episode_the_planner_runs_and_stops_only_where_a_choice_is_left():
+    """With ``choices_only``, a step runs on to the next decision where the mask leaves more
+    than one slot: following the planner, the episode earns what the step-by-step one earns,
+    every step after the reset is a choice, and the rewards add up to the episode's from the
+    first choice on (train-retrain cut to 30 intervals: queue-slo-offered offers a choice at
+    three of them, two in a row)."""
+    import dataclasses
+
+    from rlsched.workloads.scenario import load_scenario
+
+    scenario = load_scenario(Path(__file__).parents[1] / "configs/scenarios/suite/train-retrain.yaml")
+    scenario = dataclasses.replace(scenario, duration_s=30 * scenario.decision_interval_s)
+    every, choices = (CandidateChoiceEnv(GpuShareEnv(scenario), observer="daemon", choose_at="planner-moves", choices_only=flag)
+                      for flag in (False, True))
+    every.reset(seed=0)
+    choices.reset(seed=0)
+    to_first, done = 0.0, False
+    while every.action_masks().sum() <= 1:  # the step-by-step episode's intervals before the first choice
+        _, reward, _, _, _ = every.step(every.planner_choice())
+        to_first += reward
+    step_by_step, decisions_with_a_choice = 0.0, 1
+    while not done:
+        _, reward, terminated, truncated, _ = every.step(every.planner_choice())
+        step_by_step += reward
+        done = terminated or truncated
+        decisions_with_a_choice += int(not done and every.action_masks().sum() > 1)
+    summed, steps, done = 0.0, 0, False
+    while not done:
+        assert choices.action_masks().sum() > 1
+        _, reward, terminated, truncated, _ = choices.step(choices.planner_choice())
+        summed += reward
+        steps += 1
+        done = terminated or truncated
+    assert steps == decisions_with_a_choice >= 2
+    assert choices.env.objective == pytest.approx(every.env.objective, rel=1e-12)
+    assert summed == pytest.approx(step_by_step, rel=1e-9)
+
+
+def test_every_slot_s_advantage_is_its_paired_advantage_over_the_planner_s_choice():
+    """``slot_advantages`` measures each unmasked slot as ``paired_advantage`` does, the
+    planner's own slot and the masked ones at 0; a step with ``action_advantages`` reports
+    them, the chosen slot's as its ``paired_advantage``, and earns what a step without them
+    earns (the branches leave the episode as it was)."""
+    from rlsched.workloads.scenario import load_scenario
+
+    measured, plain = (CandidateChoiceEnv(GpuShareEnv(load_scenario("default")), observer="daemon", choose_at="planner-moves",
+                                          choices_only=True, paired_horizon=3, action_advantages=flag) for flag in (True, False))
+    measured.reset(seed=0)
+    plain.reset(seed=0)
+    masks, planned_slot = measured.action_masks(), measured.planner_choice()
+    planned = measured.observer.configuration(planned_slot)
+    advantages = measured.slot_advantages()
+    for slot in range(CANDIDATES):
+        configuration = measured.observer.configuration(slot)
+        expected = measured.paired_advantage(configuration, planned) if masks[slot] and configuration != planned else 0.0
+        assert advantages[slot] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert advantages[planned_slot] == 0.0 and np.count_nonzero(advantages) >= 2
+    departure = int(np.argmax(np.where(masks & (np.arange(CANDIDATES) != planned_slot), np.abs(advantages), -1.0)))
+    _, reward, _, _, info = measured.step(departure)
+    _, reward_plain, _, _, _ = plain.step(departure)
+    assert np.array_equal(info[ACTION_ADVANTAGES_KEY], advantages)
+    assert info["paired_advantage"] == advantages[departure] != 0.0
+    assert reward == reward_plain
+    with pytest.raises(ValueError, match="paired_horizon"):
+        CandidateChoiceEnv(GpuShareEnv(TINY), action_advantages=True)

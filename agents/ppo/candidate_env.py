@@ -61,6 +61,9 @@ OBSERVERS: tuple[str, ...] = tuple(OBSERVER_FEATURES)
 #: not make, which mostly lose; one scorer generalised that into a bonus for keeping that
 #: overturned the planner's own moves (docs/history-candidate-policy.md, stop 83).
 CHOOSE_AT: tuple[str, ...] = ("every-decision", "planner-moves")
+#: Each step's info key holding every action's paired advantage (an array, one per slot), what
+#: :class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO` learns from.
+ACTION_ADVANTAGES_KEY = "action_advantages"
 
 
 def planner_keeps(observer: CandidateObserver | DaemonObserver) -> bool:
@@ -375,22 +378,35 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         planner's model, or the daemon planner's objective (its library is not kept across
         episodes: it belongs to the planner, made anew at each reset)
     :param choose_at: where the policy chooses (:data:`CHOOSE_AT`)
+    :param choices_only: a step runs on to the next decision where the mask leaves more than
+        one slot; the intervals between apply their only slot inside the step, whose reward
+        sums theirs (so that, choosing at the planner's moves, every PPO sample is a choice:
+        about 4% of intervals)
+    :param action_advantages: every step also measures every offered slot's paired advantage
+        over the observer planner's choice (:meth:`slot_advantages`, in
+        ``info[ACTION_ADVANTAGES_KEY]``); needs ``paired_horizon`` > 0
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, env: GpuShareEnv, keep_library: bool = False, paired_horizon: int = 0, observer: str = "plain",
-                 choose_at: str = "every-decision") -> None:
+                 choose_at: str = "every-decision", choices_only: bool = False, action_advantages: bool = False) -> None:
         if observer not in OBSERVERS:
             raise ValueError(f"observer {observer!r}: expected one of {OBSERVERS}")
         if choose_at not in CHOOSE_AT:
             raise ValueError(f"choose_at {choose_at!r}: expected one of {CHOOSE_AT}")
+        if action_advantages and paired_horizon <= 0:
+            raise ValueError(f"action_advantages needs paired_horizon > 0, not {paired_horizon}")
         self.env = env
         self.choose_at = choose_at
+        self.choices_only = choices_only
+        self.action_advantages = action_advantages
         self.keep_library = keep_library
         self.paired_horizon = paired_horizon
         self.observer_kind = observer
         self.observer: CandidateObserver | DaemonObserver | None = None
+        #: (terminated, truncated) where the episode ended before its first choice (``choices_only``)
+        self.ended_before_a_choice = (False, False)
         size = CANDIDATES * len(OBSERVER_FEATURES[observer]) + len(GLOBAL_FEATURES)
         self.observation_space = gym.spaces.Box(-FEATURE_LIMIT, FEATURE_LIMIT, shape=(size,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(CANDIDATES)
@@ -418,19 +434,68 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self.observer = make_observer(self.observer_kind, self.env, self.library if self.keep_library else None, choose_at=self.choose_at)
         if self.env.current is None:  # nothing deployed yet: the planner's first configuration
             self.env.step_configuration(self.observer.first_configuration())
-        return self.observer.observe(), {}
+        observation = self.observer.observe()
+        self.ended_before_a_choice = (False, False)
+        if self.choices_only:  # the intervals before the first choice are the planner's (their reward is no step's)
+            observation, _, *self.ended_before_a_choice = self._run_to_a_choice(observation)
+        return observation, {}
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         assert self.observer is not None
+        if any(self.ended_before_a_choice):  # no choice in the whole episode: one empty step ends it
+            info = {"paired_advantage": 0.0, "planner_keeps": True} | ({ACTION_ADVANTAGES_KEY: np.zeros(CANDIDATES)} if self.action_advantages else {})
+            return np.zeros(self.observation_space.shape, np.float32), 0.0, *self.ended_before_a_choice, info
         chosen = self.observer.configuration(int(action))
         planned = self.observer.configuration(self.observer.planner_choice())
-        advantage = self.paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
+        advantages = self.slot_advantages() if self.action_advantages else None
+        if advantages is not None:
+            advantage = float(advantages[int(action)]) if chosen != planned else 0.0
+        else:
+            advantage = self.paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
         keeps = planner_keeps(self.observer)
         self.observer.commit(chosen)
         # a masked slot keeps the running configuration (MaskablePPO never picks one; a plain policy may)
         _, reward, terminated, truncated, info = self.env.step_configuration(chosen)
+        observation = self.observer.observe()
+        reward = float(reward) / self.reward_scale
+        if self.choices_only and not (terminated or truncated):
+            observation, skipped, terminated, truncated = self._run_to_a_choice(observation)
+            reward += skipped
         info["paired_advantage"], info["planner_keeps"] = advantage, keeps
-        return self.observer.observe(), float(reward) / self.reward_scale, terminated, truncated, info
+        if advantages is not None:
+            info[ACTION_ADVANTAGES_KEY] = advantages
+        return observation, reward, terminated, truncated, info
+
+    def _run_to_a_choice(self, observation: np.ndarray) -> tuple[np.ndarray, float, bool, bool]:
+        """Apply the only unmasked slot until a decision leaves more than one (or the episode
+        ends): the observation there, the scaled reward summed on the way, and the episode's flags."""
+        assert self.observer is not None
+        total, terminated, truncated = 0.0, False, False
+        while self.action_masks().sum() <= 1 and not (terminated or truncated):
+            only = self.observer.configuration(int(np.argmax(self.action_masks())))
+            self.observer.commit(only)
+            _, reward, terminated, truncated, _ = self.env.step_configuration(only)
+            total += float(reward) / self.reward_scale
+            observation = self.observer.observe()
+        return observation, total, terminated, truncated
+
+    def slot_advantages(self, horizon: int | None = None) -> np.ndarray:
+        """Every unmasked slot's paired advantage over the observer planner's choice
+        (:meth:`paired_advantage`; the planner's own slot and masked ones: 0), over ``horizon``
+        intervals (None: :attr:`paired_horizon`), in the node's requests per interval: every
+        action's advantage at once, all branches on the same arrivals. Slots holding the same
+        configuration share one branch."""
+        assert self.observer is not None
+        planned = self.observer.configuration(self.observer.planner_choice())
+        slots = [int(k) for k in np.flatnonzero(self.action_masks())]
+        configurations = [self.observer.configuration(k) for k in slots]
+        unique = [c for i, c in enumerate(configurations) if c != planned and c not in configurations[:i]]
+        earned = self._branch_returns([*unique, planned], horizon)
+        advantages = np.zeros(CANDIDATES)
+        for slot, configuration in zip(slots, configurations, strict=True):
+            if configuration != planned:
+                advantages[slot] = earned[unique.index(configuration)] - earned[-1]
+        return advantages
 
     def paired_advantage(self, chosen: Configuration, rule: Configuration, horizon: int | None = None) -> float:
         """What applying ``chosen`` instead of ``rule`` (the observer planner's choice) earns, in
@@ -441,10 +506,17 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         simulator's state, Generators included, is copied). The episode goes on from the state
         it was in. This is the paired baseline for input-driven environments: the traffic's
         noise cancels between the branches."""
+        earned = self._branch_returns([chosen, rule], horizon)
+        return float(earned[0] - earned[1])
+
+    def _branch_returns(self, firsts: list[Configuration], horizon: int | None) -> np.ndarray:
+        """Scaled reward over ``horizon`` intervals (None: :attr:`paired_horizon`) of each branch
+        that applies ``firsts[b]`` from the current state and then follows the observer's
+        planner, all on the same arrivals and service draws; the episode's state is restored."""
         assert self.observer is not None
         state = self.env.snapshot()
         earned = []
-        for first in (chosen, rule):
+        for first in firsts:
             self.env.restore(state)
             follow = self.observer.branch(first)
             _, total, terminated, truncated, _ = self.env.step_configuration(first)
@@ -455,7 +527,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
                 total += reward
             earned.append(float(total))
         self.env.restore(state)
-        return (earned[0] - earned[1]) / self.reward_scale
+        return np.array(earned) / self.reward_scale
 
     def action_masks(self) -> np.ndarray:
         """True for the slots the policy may choose (:func:`choice_masks`)."""

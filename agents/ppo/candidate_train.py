@@ -81,9 +81,11 @@ class CandidateChoiceConfig:
     PPO then learns which move, or none, where the planner moves). Recorded in the file's
     ``choose_at`` metadata, so that deployment masks the same way."""
     expected_ppo: bool = False
-    """on the surrogate: PPO's clipped objective in expectation over every action, from every
-    action's paired advantage over ``paired_horizon`` intervals
-    (:class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO`); False: MaskablePPO's one-sample estimate"""
+    """PPO's clipped objective in expectation over every action, from every action's paired
+    advantage over ``paired_horizon`` intervals (:class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO`),
+    on the surrogate or, with ``choose_at: planner-moves``, on the request-level simulator
+    (there a choice measures all its slots' branches: about 12 x ``paired_horizon`` intervals,
+    at about 4% of intervals); False: MaskablePPO's one-sample estimate"""
 
 
 @dataclass
@@ -122,8 +124,10 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
         raise ConfigError(path, "candidate_choice.surrogate_episodes", choice.surrogate_episodes, "must be >= 0 (0: train on the simulator)")
     if choice.surrogate_steps <= 0:
         raise ConfigError(path, "candidate_choice.surrogate_steps", choice.surrogate_steps, "must be > 0")
-    if choice.expected_ppo and not (choice.surrogate_episodes and choice.paired_horizon):
-        raise ConfigError(path, "candidate_choice.expected_ppo", True, "needs the surrogate (surrogate_episodes > 0) and paired_horizon > 0")
+    if choice.expected_ppo and not (choice.paired_horizon and (choice.surrogate_episodes or choice.choose_at == "planner-moves")):
+        raise ConfigError(path, "candidate_choice.expected_ppo", True,
+                          "needs paired_horizon > 0, and the surrogate (surrogate_episodes > 0) or choose_at planner-moves "
+                          "(on the simulator at every decision each step would measure every slot's branches)")
     if choice.observer not in OBSERVERS:
         raise ConfigError(path, "candidate_choice.observer", choice.observer, f"expected one of {', '.join(OBSERVERS)}")
     if choice.observer != "plain" and choice.surrogate_episodes:
@@ -147,13 +151,19 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0, observer: str = "plain", choose_at: str = "every-decision") -> None:
+    def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0, observer: str = "plain", choose_at: str = "every-decision",
+                 action_advantages: bool = False) -> None:
         from rlsched.agents.experts import scenario_of
-        from rlsched.agents.ppo.candidate_env import CandidateChoiceEnv
+        from rlsched.agents.ppo.candidate_env import ACTION_ADVANTAGES_KEY, CandidateChoiceEnv
         from rlsched.envs.gpushare import GpuShareEnv
 
+        #: what the callbacks read (PairedCandidateAdvantages, ActionAdvantages); the rest stays here
+        self.info_keys = ("paired_advantage", "planner_keeps", ACTION_ADVANTAGES_KEY)
+        # Choosing at the planner's moves, a step runs on to the next choice: the decisions
+        # without one would fill a rollout with samples PPO cannot learn from.
         self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True,
-                                        paired_horizon=paired_horizon, observer=observer, choose_at=choose_at)
+                                        paired_horizon=paired_horizon, observer=observer, choose_at=choose_at,
+                                        choices_only=choose_at == "planner-moves", action_advantages=action_advantages)
                      for spec in specs]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
@@ -166,8 +176,7 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = self.active.step(action)
-        # what the callbacks read (PairedCandidateAdvantages); the rest stays here
-        return observation, reward, terminated, truncated, {key: info[key] for key in ("paired_advantage", "planner_keeps")}
+        return observation, reward, terminated, truncated, {key: info[key] for key in self.info_keys if key in info}
 
     def action_masks(self) -> np.ndarray:
         """The running episode's masks."""
@@ -241,7 +250,8 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
         # loop on two shared cores cut training from 1,650 to under 100 steps/s (measured).
         torch.set_num_threads(1)
     else:
-        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer, choice.choose_at)) for _ in range(config.n_envs)]
+        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer, choice.choose_at, choice.expected_ppo))
+                     for _ in range(config.n_envs)]
         venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
     venv.seed(config.seed)
     model = scorer_model(config, venv, run, normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale

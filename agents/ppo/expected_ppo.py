@@ -2,9 +2,10 @@
 
 PPO estimates its clipped objective ``E_a~pi_old[min(r(a) A(a), clip(r(a)) A(a))]`` from the
 one action each step took. Where an environment can tell what *every* action would have
-earned (:meth:`~rlsched.agents.ppo.surrogate.SurrogateChoiceEnv.slot_advantages`: each
-candidate's paired advantage over the library planner's choice, all on the same tabulated
-traffic), the expectation can be computed exactly instead:
+earned (each candidate's paired advantage over the planner's choice, all on the same traffic:
+:meth:`~rlsched.agents.ppo.surrogate.SurrogateChoiceEnv.slot_advantages` on the tabulated
+surrogate, :meth:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv.slot_advantages` on the
+request-level simulator), the expectation can be computed exactly instead:
 ``sum_a pi_old(a) min(r(a) A(a), clip(r(a)) A(a))`` over the unmasked actions.
 
 Why this matters here: the planner's own choice has advantage 0, and a departure from it is
@@ -27,8 +28,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
-#: Each step's info key holding every action's advantage (an array, one per action).
-ACTION_ADVANTAGES_KEY = "action_advantages"
+from rlsched.agents.ppo.candidate_env import ACTION_ADVANTAGES_KEY
+
 
 
 class ActionAdvantages(BaseCallback):

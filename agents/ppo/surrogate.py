@@ -45,9 +45,8 @@ import numpy as np
 
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.candidates import BURST_WINDOW, CANDIDATES, offer_slots
-from rlsched.agents.ppo.candidate_env import (CANDIDATE_FEATURES, FEATURE_LIMIT, GLOBAL_FEATURES, CandidateChoiceEnv, CandidateObserver,
-                                              burst_ratio_feature, candidate_observation, moved_fraction, read_node)
-from rlsched.agents.ppo.expected_ppo import ACTION_ADVANTAGES_KEY
+from rlsched.agents.ppo.candidate_env import (ACTION_ADVANTAGES_KEY, CANDIDATE_FEATURES, FEATURE_LIMIT, GLOBAL_FEATURES, CandidateChoiceEnv,
+                                              CandidateObserver, burst_ratio_feature, candidate_observation, moved_fraction, read_node)
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
