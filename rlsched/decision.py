@@ -122,6 +122,19 @@ class Configuration:
         return placed
 
     @functools.cached_property
+    def placement_keys(self) -> dict[str, tuple[int, int | None, str | None, float, int, str]]:
+        """Per tenant, its placement as plain values: its GPU, its GI's start slot and profile
+        (None, None on a GPU without MIG), its share, its batch and the GI's sharing mode (its
+        value); equal tuples, equal placements. Found once per configuration: the planner keys
+        its per-tenant terms by them for every candidate it values, and plain values hash in C
+        where a GI's dataclass hash and a mode's enum hash run Python code."""
+        keys = {}
+        for name, (g, gi, mode, _) in self.placed_in.items():
+            p = self.placements[name]
+            keys[name] = (g, gi.start if gi is not None else None, gi.profile if gi is not None else None, float(p.mps_pct), p.batch_size, mode.value)
+        return keys
+
+    @functools.cached_property
     def _tenants_by_instance(self) -> dict[tuple[int, int], list[str]]:
         # Found once per configuration: the planner asks per tenant of every candidate (32
         # tenants on 8 GPUs: a scan of all placements each time was a tenth of a decision).

@@ -47,3 +47,15 @@ def test_each_tenant_s_gi_mode_and_company_are_read_from_its_placement():
     assert config.tenants_in(0, 0) == ["a", "b"]
     plain = Configuration((parse_layout("", "v100-16gb"),), ((SharingMode.MPS,),), {"a": TenantPlacement(0, 0, 50)})
     assert plain.placed_in == {"a": (0, None, SharingMode.MPS, 1)}
+
+
+def test_placement_keys_are_equal_exactly_where_placements_are():
+    config = _config(a=TenantPlacement(0, 0, 60, 8), b=TenantPlacement(0, 0, 40, 4), c=TenantPlacement(0, 2), d=TenantPlacement(0, 1))
+    # The same placements in another configuration (b left the GI, a's GI holds one tenant less).
+    other = _config(a=TenantPlacement(0, 0, 60.0, 8), b=TenantPlacement(0, 2), c=TenantPlacement(0, 2), d=TenantPlacement(0, 1))
+    keys, other_keys = config.placement_keys, other.placement_keys
+    assert [keys[n] == other_keys[n] for n in "abcd"] == [True, False, True, True]
+    assert len(set(keys.values())) == 4  # another share, batch, GI or mode: another key
+    assert keys["a"] == (0, 0, config.layouts[0].instances[0].profile, 60.0, 8, "mps")
+    plain = Configuration((parse_layout("", "v100-16gb"),), ((SharingMode.MPS,),), {"a": TenantPlacement(0, 0, 50)})
+    assert plain.placement_keys == {"a": (0, None, None, 50.0, 1, "mps")}

@@ -159,6 +159,9 @@ Drain = tuple[float, float, float]
 
 #: No rate quantiles: :func:`_on_time_kernel` at the steady rates themselves.
 _STEADY = np.empty(0)
+#: Priority fill's mode as :attr:`Configuration.placement_keys` holds it (a plain value; reading
+#: the enum's member is a Python-level descriptor call in the planner's loops over candidates).
+_PRIORITY_FILL = SharingMode.PRIORITY_FILL.value
 
 
 @njit(cache=True)
@@ -1201,14 +1204,13 @@ class Planner:
         options = {} if options is None else options
         values: dict[str, float] = {}
         filled: set[tuple[int, int]] = set()
-        for name, p in configuration.placements.items():
-            mode = configuration.modes[p.gpu_index][p.instance_index]
-            if mode == SharingMode.PRIORITY_FILL:
-                filled.add((p.gpu_index, p.instance_index))
+        for name, placement in configuration.placement_keys.items():
+            if placement[5] == _PRIORITY_FILL:
+                filled.add((placement[0], configuration.placements[name].instance_index))
                 continue
             key = self.option_key(configuration, name)
             if key not in options:
-                options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, p.batch_size, rate_cv, key[4])[0]
+                options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, key[3], rate_cv, key[4])[0]
             values[name] = options[key]
         for g, i in sorted(filled):
             # Candidates share priority-fill GIs as they share MPS options: valued once per call's rates.
@@ -1224,9 +1226,8 @@ class Planner:
     def option_key(self, configuration: Configuration, name: str) -> tuple[str, str | None, float, int, int | None]:
         """(tenant, GI profile, share, batch, co-runner count) of tenant ``name``'s MPS placement:
         what its option value depends on, at given rates."""
-        p = configuration.placements[name]
-        gi = configuration.placed_in[name][1]
-        return name, gi.profile if gi else None, float(p.mps_pct), p.batch_size, self.sharing(configuration, name)
+        _, _, profile, share, batch, _ = configuration.placement_keys[name]
+        return name, profile, share, batch, self.sharing(configuration, name)
 
     def measured_values(self, configuration: Configuration, rates: Sequence[Rates], accuracy: Mapping[str, float],
                         measured: Mapping[str, tuple[float, float]], rate_cv: Rates | None = None) -> dict[str, float]:
@@ -1870,8 +1871,7 @@ class Planner:
         ``options`` :meth:`assess_many` takes), all forecasts in one vectorised call per option."""
         accuracy = dict(accuracy or {})
         options: list[OptionValues] = [{} for _ in forecasts]
-        keys = {self.option_key(c, name) for c in configurations
-                for name, p in c.placements.items() if c.modes[p.gpu_index][p.instance_index] != SharingMode.PRIORITY_FILL}
+        keys = {self.option_key(c, name) for c in configurations for name, placement in c.placement_keys.items() if placement[5] != _PRIORITY_FILL}
         for key in keys:
             name, profile, mps_pct, batch, sharing = key
             for k, value in enumerate(self.option_values(self.scenario.tenant(name), profile, mps_pct, forecasts, accuracy, batch, rate_cv, sharing)):
@@ -1900,18 +1900,21 @@ class Planner:
         results = []
         for configuration in configurations:
             values = self.configuration_values(configuration, windows, accuracy, rate_cv, options)
+            placements = configuration.placement_keys
             value = cost = hurdle = 0.0
             for t in self.scenario.tenants:
-                p = configuration.placements[t.name]
-                _, gi, mode, _ = configuration.placed_in[t.name]
-                sharing = self.sharing(configuration, t.name)
-                key = (t.name, p.gpu_index, gi, float(p.mps_pct), p.batch_size, mode, sharing, values[t.name])
-                if key not in terms:
-                    terms[key] = self._tenant_terms(t, current, p.gpu_index, gi, float(p.mps_pct), p.batch_size, mode, sharing,
-                                                    values[t.name], held_values.get(t.name), windows, rate_cv)
-                v, c, h = terms[key]
-                if mode == SharingMode.PRIORITY_FILL and t.name in self.slo_guards:
-                    v -= self.priority_fill_guard_cost(configuration, t.name, self.interval_s * len(windows), rate_cv)
+                name = t.name
+                placement = placements[name]
+                sharing = self.sharing(configuration, name)
+                key = (name, placement, sharing, values[name])
+                found = terms.get(key)
+                if found is None:
+                    g, gi, mode, _ = configuration.placed_in[name]
+                    found = terms[key] = self._tenant_terms(t, current, g, gi, placement[3], placement[4], mode, sharing,
+                                                            values[name], held_values.get(name), windows, rate_cv)
+                v, c, h = found
+                if placement[5] == _PRIORITY_FILL and name in self.slo_guards:
+                    v -= self.priority_fill_guard_cost(configuration, name, self.interval_s * len(windows), rate_cv)
                 value += v
                 cost += c
                 hurdle += h
