@@ -21,6 +21,7 @@ from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.hardware import load_gpu
 from rlsched.simulator.lookahead import HISTORY_INTERVALS, MIN_HISTORY_INTERVALS, ReconfigurationCheck
 from rlsched.simulator.node import RATE_EWMA_WEIGHT
+from rlsched.simulator.queueing import sorted_log
 from rlsched.solver import TenantRequest
 from rlsched.solver.planner import VALUE_MODEL_ERROR, Plan, Planner, SloGuard
 
@@ -953,7 +954,7 @@ def measured_arrival_dispersion(logged: Mapping[str, np.ndarray] | None, previou
     or under two whole bins in the interval keeps its ``previous`` value."""
     dispersion = dict(previous)
     for name, times in (logged or {}).items():
-        times = np.sort(np.asarray(times, dtype=float))
+        times = sorted_log(times)
         bins = int((times[-1] - times[0]) // DISPERSION_BIN_S) if len(times) else 0
         if len(times) < MIN_ARRIVALS_FOR_DISPERSION or bins < 2:
             continue

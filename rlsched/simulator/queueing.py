@@ -347,6 +347,14 @@ def replay_poisson_p99_ms(mean_ms: np.ndarray, p99_ms: np.ndarray, batch_max: in
     return math.inf if out[O_DROPPED] > 0 else percentile_ms(hist, 99.0)
 
 
+def sorted_log(arrivals_s: np.ndarray) -> np.ndarray:
+    """A request log's arrival times as floats in increasing order: the log itself where it is
+    so already, as a backend keeps it. Why: a planner replays and bins each tenant's log many
+    times an interval, and checking the order takes a tenth of sorting it again."""
+    log = np.asarray(arrivals_s, dtype=float)
+    return log if log.size < 2 or bool(np.all(log[1:] >= log[:-1])) else np.sort(log)
+
+
 def _replay(arrivals_s: np.ndarray, rate_rps: float, mean_ms: np.ndarray, batch_max: int, timeout_ms: float,
             slo_ms: float = math.inf, queue_timeout_ms: float | None = None) -> tuple[np.ndarray, float] | None:
     """(the :func:`serve_interval` outputs, the span served, seconds) of a request log
@@ -370,7 +378,7 @@ def _replay_rates(arrivals_s: np.ndarray, rates_rps: np.ndarray, mean_ms: np.nda
     """:func:`_replay` at each of ``rates_rps`` in one compiled call (a planner replays one log
     at several rates per placement): per rate its outputs (rows) and span served, seconds (-1
     where the rate is not positive); None with fewer than two distinct arrival times."""
-    log = np.sort(np.asarray(arrivals_s, dtype=float))
+    log = sorted_log(arrivals_s)
     if log.size < 2 or log[-1] <= log[0]:
         return None
     mean = np.asarray(mean_ms, dtype=float)[:batch_max]
