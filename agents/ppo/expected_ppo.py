@@ -53,7 +53,12 @@ class ActionAdvantages(BaseCallback):
 
 class ExpectedPPO(MaskablePPO):
     """MaskablePPO with the clipped objective in expectation over every unmasked action (see
-    the module docstring). Train it with :class:`ActionAdvantages` among the callbacks."""
+    the module docstring). Train it with :class:`ActionAdvantages` among the callbacks.
+
+    Its policy loss does not read the critic. Where returns are large (a step that sums many
+    intervals' rewards, :attr:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv.choices_only`),
+    set ``vf_coef`` to 0: the value loss (about 2e4 there) dominates the one gradient norm PPO
+    clips, and the policy's step shrank to nothing (approx_kl about 1e-5 per update, measured)."""
 
     action_advantages: np.ndarray | None = None
 
