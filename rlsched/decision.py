@@ -14,6 +14,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rlsched.hardware.catalog import load_gpu
 from rlsched.hardware.layout import GpuInstance, Layout, layout_violation
@@ -62,6 +63,20 @@ class TenantPlacement:
     instance_index: int
     mps_pct: float = 100.0
     batch_size: int = 1
+
+
+class PlacementKey(NamedTuple):
+    """A tenant's placement as plain values (:attr:`Configuration.placement_keys`)."""
+
+    gpu_index: int
+    gi_start: int | None
+    """the GI's first memory slice (None on a GPU without MIG)"""
+    gi_profile: str | None
+    """the GI's profile name (None on a GPU without MIG)"""
+    mps_pct: float
+    batch_size: int
+    mode: str
+    """the GI's sharing mode (:class:`SharingMode`'s value)"""
 
 
 @dataclass(frozen=True)
@@ -122,16 +137,16 @@ class Configuration:
         return placed
 
     @functools.cached_property
-    def placement_keys(self) -> dict[str, tuple[int, int | None, str | None, float, int, str]]:
-        """Per tenant, its placement as plain values: its GPU, its GI's start slot and profile
-        (None, None on a GPU without MIG), its share, its batch and the GI's sharing mode (its
-        value); equal tuples, equal placements. Found once per configuration: the planner keys
-        its per-tenant terms by them for every candidate it values, and plain values hash in C
-        where a GI's dataclass hash and a mode's enum hash run Python code."""
+    def placement_keys(self) -> dict[str, PlacementKey]:
+        """Per tenant, its placement as plain values (:class:`PlacementKey`); equal keys, equal
+        placements. Found once per configuration: the planner keys its per-tenant terms by them
+        for every candidate it values, and plain values hash in C where a GI's dataclass hash
+        and a mode's enum hash run Python code."""
         keys = {}
         for name, (g, gi, mode, _) in self.placed_in.items():
             p = self.placements[name]
-            keys[name] = (g, gi.start if gi is not None else None, gi.profile if gi is not None else None, float(p.mps_pct), p.batch_size, mode.value)
+            keys[name] = PlacementKey(g, gi.start if gi is not None else None, gi.profile if gi is not None else None, float(p.mps_pct),
+                                      p.batch_size, mode.value)
         return keys
 
     @functools.cached_property

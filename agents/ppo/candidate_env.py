@@ -448,8 +448,8 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         chosen = self.observer.configuration(int(action))
         planned = self.observer.configuration(self.observer.planner_choice())
         advantages = self.slot_advantages() if self.action_advantages else None
-        if advantages is not None:
-            advantage = float(advantages[int(action)]) if chosen != planned else 0.0
+        if advantages is not None:  # the chosen slot's is among them (0 where it holds the planner's configuration)
+            advantage = float(advantages[int(action)])
         else:
             advantage = self.paired_advantage(chosen, planned) if self.paired_horizon and chosen != planned else 0.0
         keeps = planner_keeps(self.observer)

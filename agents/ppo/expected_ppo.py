@@ -31,7 +31,6 @@ from torch.nn import functional as F
 from rlsched.agents.ppo.candidate_env import ACTION_ADVANTAGES_KEY
 
 
-
 class ActionAdvantages(BaseCallback):
     """Collects every step's ``info[ACTION_ADVANTAGES_KEY]`` into ``model.action_advantages``
     (``[n_steps, n_envs, actions]``) for :class:`ExpectedPPO`'s update."""

@@ -1205,8 +1205,9 @@ class Planner:
         values: dict[str, float] = {}
         filled: set[tuple[int, int]] = set()
         for name, placement in configuration.placement_keys.items():
-            if placement[5] == _PRIORITY_FILL:
-                filled.add((placement[0], configuration.placements[name].instance_index))
+            if placement.mode == _PRIORITY_FILL:
+                p = configuration.placements[name]
+                filled.add((p.gpu_index, p.instance_index))
                 continue
             key = self.option_key(configuration, name)
             if key not in options:
@@ -1226,8 +1227,8 @@ class Planner:
     def option_key(self, configuration: Configuration, name: str) -> tuple[str, str | None, float, int, int | None]:
         """(tenant, GI profile, share, batch, co-runner count) of tenant ``name``'s MPS placement:
         what its option value depends on, at given rates."""
-        _, _, profile, share, batch, _ = configuration.placement_keys[name]
-        return name, profile, share, batch, self.sharing(configuration, name)
+        placement = configuration.placement_keys[name]
+        return name, placement.gi_profile, placement.mps_pct, placement.batch_size, self.sharing(configuration, name)
 
     def measured_values(self, configuration: Configuration, rates: Sequence[Rates], accuracy: Mapping[str, float],
                         measured: Mapping[str, tuple[float, float]], rate_cv: Rates | None = None) -> dict[str, float]:
@@ -1871,7 +1872,7 @@ class Planner:
         ``options`` :meth:`assess_many` takes), all forecasts in one vectorised call per option."""
         accuracy = dict(accuracy or {})
         options: list[OptionValues] = [{} for _ in forecasts]
-        keys = {self.option_key(c, name) for c in configurations for name, placement in c.placement_keys.items() if placement[5] != _PRIORITY_FILL}
+        keys = {self.option_key(c, name) for c in configurations for name, placement in c.placement_keys.items() if placement.mode != _PRIORITY_FILL}
         for key in keys:
             name, profile, mps_pct, batch, sharing = key
             for k, value in enumerate(self.option_values(self.scenario.tenant(name), profile, mps_pct, forecasts, accuracy, batch, rate_cv, sharing)):
@@ -1910,10 +1911,10 @@ class Planner:
                 found = terms.get(key)
                 if found is None:
                     g, gi, mode, _ = configuration.placed_in[name]
-                    found = terms[key] = self._tenant_terms(t, current, g, gi, placement[3], placement[4], mode, sharing,
+                    found = terms[key] = self._tenant_terms(t, current, g, gi, placement.mps_pct, placement.batch_size, mode, sharing,
                                                             values[name], held_values.get(name), windows, rate_cv)
                 v, c, h = found
-                if placement[5] == _PRIORITY_FILL and name in self.slo_guards:
+                if placement.mode == _PRIORITY_FILL and name in self.slo_guards:
                     v -= self.priority_fill_guard_cost(configuration, name, self.interval_s * len(windows), rate_cv)
                 value += v
                 cost += c
