@@ -63,6 +63,42 @@ def test_training_writes_both_policies_the_curve_and_the_references(run):
     assert {"paired/mean_departure_advantage_where_planner_keeps", "paired/mean_departure_advantage_where_planner_moves"} <= set(logged.Tags()["scalars"])
 
 
+def test_a_stopped_run_resumes_from_its_newest_checkpoint(run, tmp_path):
+    """Stopped after its 12-step validation, the run resumes there: the model's step count and
+    the validation record carry on (the curve is the whole run's), the warm start is not
+    validated again, and the summary says where it resumed."""
+    import shutil
+
+    from rlsched.agents.ppo.candidate_train import VALIDATION_FILE, train_candidate_choice
+
+    stopped = tmp_path / "run"
+    shutil.copytree(run, stopped)
+    for name in ("policy.onnx", "summary.json", "final_model.zip", "checkpoints/model_24_steps.zip"):
+        (stopped / name).unlink()
+    record = json.loads((stopped / VALIDATION_FILE).read_text())
+    record["per_validation"].pop()  # as it was when the run stopped
+    (stopped / VALIDATION_FILE).write_text(json.dumps(record))
+
+    train_candidate_choice(None, stopped, resume=True)
+    summary = json.loads((stopped / "summary.json").read_text())
+    assert summary["resumed_at"] == 12 and [step for step, _ in summary["curve"]] == [0, 12, 24]
+    assert summary["validation"]["warm_start"] == record["warm_start"] and (stopped / "checkpoints/model_24_steps.zip").exists()
+    from sb3_contrib import MaskablePPO
+
+    assert MaskablePPO.load(stopped / "final_model", device="cpu").num_timesteps == 24
+
+
+def test_resume_needs_a_run_folder_and_the_same_config(run, tmp_path):
+    from rlsched.agents.ppo.candidate_train import train_candidate_choice
+
+    with pytest.raises(ConfigError, match="--resume needs a run folder"):
+        train_candidate_choice(None, tmp_path / "nothing", resume=True)
+    with pytest.raises(ConfigError, match="differs from the run's"):
+        train_candidate_choice(write_config(tmp_path / "other.yaml", total_timesteps=48), run, resume=True)
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train_candidate_choice(write_config(tmp_path / "same.yaml"), run)
+
+
 @pytest.fixture(scope="module")
 def daemon_run(tmp_path_factory) -> Path:
     """One training run observing through the daemon planner's objective, on the two tiny nodes."""

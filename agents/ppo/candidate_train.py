@@ -218,8 +218,46 @@ def reference_goodput(specs: tuple[str, ...], seeds: tuple[int, ...], policy: st
                      for spec, seed in tqdm(jobs, desc=f"validation episodes, {policy}", unit="episode", disable=not progress, leave=False)])
 
 
-def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
-    """Run the whole pipeline of the module docstring; returns the run folder."""
+#: The run's validation record (the references, the warm start and every validation's
+#: episodes), rewritten after each validation: what a resumed run continues from.
+VALIDATION_FILE = "validation.json"
+
+
+def _prepare_run(config_path: str | Path | None, run: Path, resume: bool) -> CandidateTrainConfig:
+    """The run's config: read and written to ``run/config.yaml`` (a new run), or the stored one
+    (``resume``; a ``config_path`` given too must say the same)."""
+    stored = run / "config.yaml"
+    if resume:
+        if not (stored.exists() and (run / VALIDATION_FILE).exists() and _newest_checkpoint(run) is not None):
+            raise ConfigError(run, "--out", str(run), f"--resume needs a run folder with its config.yaml, {VALIDATION_FILE} and a checkpoint")
+        config = load_candidate_config(stored)
+        if config_path is not None and load_candidate_config(config_path).to_dict() != config.to_dict():
+            raise ConfigError(config_path, "file", str(config_path), f"differs from the run's {stored}; resume without --config or start a new run")
+        return config
+    if config_path is None:
+        raise ConfigError("--config", "--config", None, "a new run needs a config file (configs/train/*.yaml)")
+    config = load_candidate_config(config_path)
+    if _newest_checkpoint(run) is not None:
+        raise ConfigError(run, "--out", str(run), "already holds a run; use --resume or another folder")
+    run.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(stored, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return config
+
+
+def _newest_checkpoint(run: Path) -> Path | None:
+    """The newest ``run/checkpoints/model_<steps>_steps.zip`` (one is saved per validation), or None."""
+    found = {int(p.name.split("_")[1]): p for p in (run / "checkpoints").glob("model_*_steps.zip") if p.name.split("_")[1].isdigit()}
+    return found[max(found)] if found else None
+
+
+def train_candidate_choice(config_path: str | Path | None, out: str | Path, resume: bool = False) -> Path:
+    """Run the whole pipeline of the module docstring; returns the run folder.
+
+    ``resume``: continue a stopped run (``config_path`` may be None) from its newest
+    checkpoint: the model with its optimizer and step count, the references and the warm
+    start's validation from ``run/validation.json``; the environments are reseeded from the
+    config's seed plus the steps done, so the resumed part does not replay the episodes of the
+    first. ``summary.json`` then says where it resumed and times the resumed part only."""
     import torch
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.monitor import Monitor
@@ -228,15 +266,20 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, CHOOSE_AT_KEY, OBSERVER_KEY
     from rlsched.agents.onnx_policy import KIND_KEY
     from rlsched.agents.ppo.candidate_policy import CANDIDATE_LAYOUTS
+    from rlsched.agents.ppo.expected_ppo import ExpectedPPO
 
-    config = load_candidate_config(config_path)
     run = Path(out)
-    run.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(run / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+    config = _prepare_run(config_path, run, resume)
     choice = config.candidate_choice
     specs, seeds, progress = choice.scenarios, choice.validation_seeds, config.progress_bar
-    planner = reference_goodput(specs, seeds, "migrator-ilp", progress)
-    fixed_best = reference_goodput(specs, seeds, "static-best", progress)
+    labels = [f"{s} seed {k}" for s in specs for k in seeds]
+    if resume:
+        record = json.loads((run / VALIDATION_FILE).read_text())
+        planner, fixed_best = np.array(record["migrator-ilp"]), np.array(record["static-best"])
+    else:
+        planner = reference_goodput(specs, seeds, "migrator-ilp", progress)
+        fixed_best = reference_goodput(specs, seeds, "static-best", progress)
+        record = {"episodes": labels, "migrator-ilp": planner.tolist(), "static-best": fixed_best.tolist(), "warm_start": None, "per_validation": []}
 
     torch.manual_seed(config.seed)
     if choice.surrogate_episodes:
@@ -253,16 +296,17 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
         factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer, choice.choose_at, choice.expected_ppo))
                      for _ in range(config.n_envs)]
         venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
-    venv.seed(config.seed)
-    model = scorer_model(config, venv, run, normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
-                         policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False,
-                                        "layout": CANDIDATE_LAYOUTS[choice.observer]},
-                         expected=choice.expected_ppo)
+    if resume:
+        model = (ExpectedPPO if choice.expected_ppo else MaskablePPO).load(_newest_checkpoint(run), env=venv, device="cpu", tensorboard_log=str(run / "tb"))
+    else:
+        model = scorer_model(config, venv, run, normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
+                             policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False,
+                                            "layout": CANDIDATE_LAYOUTS[choice.observer]},
+                             expected=choice.expected_ppo)
+    resumed_at = model.num_timesteps
+    venv.seed(config.seed + resumed_at)
     metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs)),
                 OBSERVER_KEY: choice.observer, CHOOSE_AT_KEY: choice.choose_at}
-    curve: list[tuple[int, float]] = []
-    episodes: list[list[float]] = []  # per validation, each episode's Goodput
-    warm: list[np.ndarray] = []
 
     def evaluate(model: Any, steps: int, logger: Any) -> float:
         def learned(env: Any, observation: np.ndarray) -> int:
@@ -270,13 +314,13 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
             return int(action)
 
         earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress, choice.observer, choice.choose_at)
-        if not warm:
-            warm.append(earned)  # step 0: the warm start, the library planner itself (up to ties)
+        if record["warm_start"] is None:
+            record["warm_start"] = earned.tolist()  # step 0: the warm start, the library planner itself (up to ties)
+        record["per_validation"].append({"num_timesteps": steps, "goodput": earned.tolist()})
+        write_text_atomically(run / VALIDATION_FILE, json.dumps(record, indent=2) + "\n")
         # Ratios of the summed Goodput: an episode's own ratio explodes where a policy earns
         # near zero (the planner on the Azure trace).
-        ratio = float(earned.sum() / warm[0].sum())
-        curve.append((steps, ratio))
-        episodes.append(earned.tolist())
+        ratio = float(earned.sum() / sum(record["warm_start"]))
         logger.record("validation/x_warm_start", ratio)
         logger.record("validation/x_planner", float(earned.sum() / planner.sum()))
         logger.record("validation/x_static_best", float(earned.sum() / fixed_best.sum()))
@@ -285,21 +329,21 @@ def train_candidate_choice(config_path: str | Path, out: str | Path) -> Path:
     started = time.perf_counter()
     # ExpectedPPO collects its own advantages (every action's); MaskablePPO takes the paired ones in place of GAE's
     paired = [PairedCandidateAdvantages()] if choice.paired_horizon and not choice.expected_ppo else []
-    callbacks = [PeriodicValidation(run, config.eval_freq, metadata, evaluate), *paired]
-    model.learn(config.total_timesteps, callback=callbacks, progress_bar=progress)
+    callbacks = [PeriodicValidation(run, config.eval_freq, metadata, evaluate, resumed=resume), *paired]
+    model.learn(max(config.total_timesteps - resumed_at, 0), callback=callbacks, progress_bar=progress, reset_num_timesteps=not resume)
     seconds = time.perf_counter() - started
     venv.close()
     model.save(run / "final_model")
     best = MaskablePPO.load(run / "best_model", device="cpu")
     steps = json.loads((run / "best.json").read_text())["num_timesteps"]
     export_scorer(best.policy, run / POLICY_FILE, {**metadata, STEPS_KEY: str(steps)})
-    summary = {"train_seconds": seconds, "steps_per_s": config.total_timesteps / seconds, "best_num_timesteps": steps, "curve": curve,
-               "validation": {"episodes": [f"{s} seed {k}" for s in specs for k in seeds], "warm_start": warm[0].tolist(),
-                              "migrator-ilp": planner.tolist(), "static-best": fixed_best.tolist(),
-                              "per_validation": [{"num_timesteps": step, "goodput": g} for (step, _), g in zip(curve, episodes, strict=True)]}}
+    warm = np.array(record["warm_start"])
+    curve = [(v["num_timesteps"], float(np.sum(v["goodput"]) / warm.sum())) for v in record["per_validation"]]
+    summary = {"train_seconds": seconds, "steps_per_s": (model.num_timesteps - resumed_at) / seconds, "resumed_at": resumed_at,
+               "best_num_timesteps": steps, "curve": curve, "validation": record}
     write_text_atomically(run / "summary.json", json.dumps(summary, indent=2) + "\n")
     warm_label = "warm start (queue-slo-offered)" if choice.observer == "daemon" else "warm start (the library planner)"
-    plot_curve(curve, planner, fixed_best, warm[0], run / "learning_curve.png", model.logger, policy_label="candidate-ppo (validation)",
+    plot_curve(curve, planner, fixed_best, warm, run / "learning_curve.png", model.logger, policy_label="candidate-ppo (validation)",
                warm_label=warm_label, ylabel="Goodput summed over validation, x the warm start", summed=True)
     return run
 

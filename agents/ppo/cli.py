@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -23,16 +24,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlsched.agents.ppo.expert_train import POLICY_FILE, is_expert_config, train_expert_choice
 
     # Choice policies (one network for any node): candidate-ppo chooses the configuration,
-    # hedge-ppo whom migrator-hedge follows. Each kind of config is told by its section.
-    for is_kind, train_kind, kind in ((is_candidate_config, train_candidate_choice, "candidate-ppo"), (is_expert_config, train_expert_choice, "hedge-ppo")):
-        if args.config is not None and is_kind(args.config):
-            if args.resume:
-                from rlsched.errors import ConfigError
+    # hedge-ppo whom migrator-hedge follows. Each kind of config is told by its section; a
+    # resumed run's by the config stored in its folder.
+    stored = Path(args.out) / "config.yaml"
+    config = args.config if args.config is not None or not args.resume else (stored if stored.exists() else None)
+    if config is not None and is_candidate_config(config):
+        run_dir = train_candidate_choice(args.config, args.out, resume=args.resume)
+        print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE} (use it as --policies candidate-ppo:{run_dir})")
+        return 0
+    if config is not None and is_expert_config(config):
+        if args.resume:
+            from rlsched.errors import ConfigError
 
-                raise ConfigError("--resume", "--resume", True, f"a {kind} run is not resumable: start it again (recorded expert streams are reused)")
-            run_dir = train_kind(args.config, args.out)
-            print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE} (use it as --policies {kind}:{run_dir})")
-            return 0
+            raise ConfigError("--resume", "--resume", True, "a hedge-ppo run is not resumable: start it again (recorded expert streams are reused)")
+        run_dir = train_expert_choice(args.config, args.out)
+        print(f"run folder: {run_dir}\nexported policy: {run_dir / POLICY_FILE} (use it as --policies hedge-ppo:{run_dir})")
+        return 0
     from rlsched.agents.ppo.export import export_run
     from rlsched.agents.ppo.train import train
 

@@ -278,19 +278,24 @@ class PeriodicValidation(BaseCallback):
 
     :param evaluate: ``evaluate(model, num_timesteps, logger) -> score`` (higher is better);
         it records its own figures, this callback the speed and the dump
+    :param resumed: the model continues a stopped run from a checkpoint: the warm start and
+        the validations before it are the run folder's (``best.json`` keeps the best score),
+        and the next validation is at the next multiple of ``eval_freq``
     """
 
-    def __init__(self, run: Path, eval_freq: int, metadata: dict[str, str], evaluate: Any) -> None:
+    def __init__(self, run: Path, eval_freq: int, metadata: dict[str, str], evaluate: Any, resumed: bool = False) -> None:
         super().__init__()
-        self.run, self.eval_freq, self.metadata, self.evaluate = run, eval_freq, metadata, evaluate
+        self.run, self.eval_freq, self.metadata, self.evaluate, self.resumed = run, eval_freq, metadata, evaluate, resumed
         (run / "checkpoints").mkdir(parents=True, exist_ok=True)
-        self.best = -np.inf
+        self.best = json.loads((run / "best.json").read_text())["score"] if resumed else -np.inf
         self.next_at = 0
         self.started = time.perf_counter()
+        self.started_at_steps = 0
 
     def _validate(self) -> None:
         score = self.evaluate(self.model, self.num_timesteps, self.logger)
-        self.logger.record("perf/steps_per_s", self.num_timesteps / max(time.perf_counter() - self.started, 1e-9))
+        steps = self.num_timesteps - self.started_at_steps
+        self.logger.record("perf/steps_per_s", steps / max(time.perf_counter() - self.started, 1e-9))
         self.logger.dump(self.num_timesteps)
         self.model.save(self.run / "checkpoints" / f"model_{self.num_timesteps}_steps")
         if score > self.best:
@@ -299,8 +304,11 @@ class PeriodicValidation(BaseCallback):
             write_text_atomically(self.run / "best.json", json.dumps({"num_timesteps": self.num_timesteps, "score": score}) + "\n")
 
     def _on_training_start(self) -> None:
+        self.started, self.started_at_steps = time.perf_counter(), self.num_timesteps
+        if self.resumed:
+            self.next_at = (self.num_timesteps // self.eval_freq + 1) * self.eval_freq
+            return
         export_scorer(self.model.policy, self.run / WARM_START_FILE, {**self.metadata, STEPS_KEY: "0"})
-        self.started = time.perf_counter()
         self._validate()
         self.next_at = self.eval_freq
 
