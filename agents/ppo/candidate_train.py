@@ -272,14 +272,13 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
     config = _prepare_run(config_path, run, resume)
     choice = config.candidate_choice
     specs, seeds, progress = choice.scenarios, choice.validation_seeds, config.progress_bar
-    labels = [f"{s} seed {k}" for s in specs for k in seeds]
     if resume:
         record = json.loads((run / VALIDATION_FILE).read_text())
         planner, fixed_best = np.array(record["migrator-ilp"]), np.array(record["static-best"])
     else:
         planner = reference_goodput(specs, seeds, "migrator-ilp", progress)
         fixed_best = reference_goodput(specs, seeds, "static-best", progress)
-        record = {"episodes": labels, "migrator-ilp": planner.tolist(), "static-best": fixed_best.tolist(), "warm_start": None, "per_validation": []}
+        record = {"episodes": [f"{s} seed {k}" for s in specs for k in seeds], "migrator-ilp": planner.tolist(), "static-best": fixed_best.tolist(), "warm_start": None, "per_validation": []}
 
     torch.manual_seed(config.seed)
     if choice.surrogate_episodes:
