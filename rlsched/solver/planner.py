@@ -1089,10 +1089,11 @@ class Planner:
         profile = gi.profile if gi else None
         staying = self.unchanged(t.name, current, g, gi, mps_pct, mode)
         guard = self.slo_guard_cost(t, profile, share, batch, self.interval_s * len(windows), sharing, rate_cv, staying) if mode == SharingMode.MPS else 0.0
+        if staying:  # no move: no cost (what _reconfiguration says first), no hurdle
+            return value - guard, 0.0, 0.0
         cost = self._reconfiguration(t, current, g, gi, mps_pct, value, windows, self.memory_gib(t.name, batch),
                                      held if self.scenario.make_before_break else None, self.drain(t, profile, share, batch, sharing), mode)
-        hurdle = 0.0 if staying else self.payback_hurdle(cost, held, t.name, current)
-        return value - guard, cost, hurdle
+        return value - guard, cost, self.payback_hurdle(cost, held, t.name, current)
 
     def _reconfiguration(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None,
                          mps_pct: float, value: float, rates: Sequence[Rates], memory_gib: float = 0.0, held_value: float | None = None,
@@ -1215,10 +1216,7 @@ class Planner:
             values[name] = options[key]
         for g, i in sorted(filled):
             # Candidates share priority-fill GIs as they share MPS options: valued once per call's rates.
-            layout = configuration.layouts[g]
-            names = configuration.tenants_in(g, i)
-            key = ("priority-fill", layout.instances[i].profile if len(layout) else None,
-                   *((n, configuration.placements[n].batch_size, float(configuration.placements[n].mps_pct)) for n in names))
+            key = self._priority_fill_key(configuration, g, i)
             if key not in options:
                 options[key] = self.priority_fill_values(configuration, g, i, rates, accuracy, rate_cv)
             values.update(options[key])
@@ -1229,6 +1227,20 @@ class Planner:
         what its option value depends on, at given rates."""
         placement = configuration.placement_keys[name]
         return name, placement.gi_profile, placement.mps_pct, placement.batch_size, self.sharing(configuration, name)
+
+    @staticmethod
+    def _priority_fill_key(configuration: Configuration, g: int, i: int) -> tuple:
+        """("priority-fill", GI profile, (tenant, batch, share) per member) of GI i on GPU g of
+        ``configuration``, run in priority fill: what its members' values depend on, at given rates."""
+        layout = configuration.layouts[g]
+        return ("priority-fill", layout.instances[i].profile if len(layout) else None,
+                *((n, configuration.placements[n].batch_size, float(configuration.placements[n].mps_pct)) for n in configuration.tenants_in(g, i)))
+
+    @staticmethod
+    def _priority_fill_gis(configuration: Configuration) -> list[tuple[int, int]]:
+        """(GPU, GI) of each GI of ``configuration`` run in priority fill, in order."""
+        return sorted({(p.gpu_index, p.instance_index) for name, p in configuration.placements.items()
+                       if configuration.placement_keys[name].mode == _PRIORITY_FILL})
 
     def measured_values(self, configuration: Configuration, rates: Sequence[Rates], accuracy: Mapping[str, float],
                         measured: Mapping[str, tuple[float, float]], rate_cv: Rates | None = None) -> dict[str, float]:
@@ -1280,43 +1292,64 @@ class Planner:
         log (:attr:`arrival_log`) replayed at that rate
         (:func:`~rlsched.simulator.queueing.replay_busy_fraction`), else the fluid batcher's
         settled batch, which is busy nearly all the time; the minimum for a job (always busy)."""
+        return self.priority_fill_forecast_values(configuration, g, i, [rates], accuracy, rate_cv)[0]
+
+    def priority_fill_forecast_values(self, configuration: Configuration, g: int, i: int, forecasts: Sequence[Sequence[Rates]],
+                                      accuracy: Mapping[str, float], rate_cv: Rates | None = None) -> list[dict[str, float]]:
+        """:meth:`priority_fill_values` at each forecast (windows of rates)."""
         layout = configuration.layouts[g]
         gi = layout.instances[i] if len(layout) else None
         names = configuration.tenants_in(g, i)
-        return self.priority_fill_member_values(gi.profile if gi else None, names, {n: configuration.placements[n].batch_size for n in names},
-                                                {n: configuration.placements[n].mps_pct for n in names}, rates, accuracy, rate_cv)
+        return self.priority_fill_member_forecast_values(gi.profile if gi else None, names, {n: configuration.placements[n].batch_size for n in names},
+                                                         {n: configuration.placements[n].mps_pct for n in names}, forecasts, accuracy, rate_cv)
 
     def priority_fill_member_values(self, profile: str | None, names: Sequence[str], batch: Mapping[str, int], mps_pct: Mapping[str, float],
                                     rates: Sequence[Rates], accuracy: Mapping[str, float], rate_cv: Rates | None = None) -> dict[str, float]:
         """:meth:`priority_fill_values` of the tenants ``names`` sharing one GI of ``profile`` in
         priority fill, at these batches and nominal shares (the MILP's priority-fill columns
         value a GI's first tenant alone and each filler beside its first tenant this way)."""
+        return self.priority_fill_member_forecast_values(profile, names, batch, mps_pct, [rates], accuracy, rate_cv)[0]
+
+    def priority_fill_member_forecast_values(self, profile: str | None, names: Sequence[str], batch: Mapping[str, int],
+                                             mps_pct: Mapping[str, float], forecasts: Sequence[Sequence[Rates]], accuracy: Mapping[str, float],
+                                             rate_cv: Rates | None = None) -> list[dict[str, float]]:
+        """:meth:`priority_fill_member_values` at each forecast (windows of rates): the GI's
+        members, curves and co-runners are found once, and a tenant's value at every forecast
+        where it runs at the same speed comes from one on-time table (its columns are
+        independent: the same numbers as one call each)."""
         slices = self._slices(profile)
         members = self._priority_fill_members(names)
         first, fillers = members[0], members[1:]
         others = self._filler_co_runners(fillers, batch, mps_pct)
-        values: dict[str, float] = {}
-        idle = self.min_idle_fraction
+        values: list[dict[str, float]] = [{} for _ in forecasts]
+        idles = [self.min_idle_fraction] * len(forecasts)
         if isinstance(first, InferenceTenant):
             b = min(batch[first.name], first.max_batch)
             curve = self.priority_fill_first_latency_ms(first, profile, others)
-            values[first.name] = self._inference_value(first, curve, [b], rates, accuracy.get(first.name, first.accuracy),
-                                                       (rate_cv or {}).get(first.name, 0.0))[0]
-            rate = float(np.mean([r[first.name] for r in rates]))
+            first_values = self._inference_values(first, curve, [b], forecasts, accuracy.get(first.name, first.accuracy),
+                                                  (rate_cv or {}).get(first.name, 0.0))
             log = self.arrival_log.get(first.name)
-            if log is not None and len(log) >= MIN_ARRIVALS_FOR_REPLAY:
-                replayed = self._replays(first.name, log)
-                key = ("busy", curve.tobytes(), b, rate)
-                if key not in replayed:
-                    replayed[key] = replay_busy_fraction(log, rate, curve, b, first.batch_timeout_ms)
-                busy = replayed[key]
-            else:
-                throughput = np.arange(1, b + 1) * 1000.0 / curve[:b]
-                carries = np.nonzero(throughput >= rate)[0]
-                busy = rate / float(throughput[carries[0]]) if carries.size else 1.0
-            idle = max(idle, 1.0 - busy)
+            for k, rates in enumerate(forecasts):
+                values[k][first.name] = first_values[k][0]
+                rate = float(np.mean([r[first.name] for r in rates]))
+                if log is not None and len(log) >= MIN_ARRIVALS_FOR_REPLAY:
+                    replayed = self._replays(first.name, log)
+                    key = ("busy", curve.tobytes(), b, rate)
+                    if key not in replayed:
+                        replayed[key] = replay_busy_fraction(log, rate, curve, b, first.batch_timeout_ms)
+                    busy = replayed[key]
+                else:
+                    throughput = np.arange(1, b + 1) * 1000.0 / curve[:b]
+                    carries = np.nonzero(throughput >= rate)[0]
+                    busy = rate / float(throughput[carries[0]]) if carries.size else 1.0
+                idles[k] = max(idles[k], 1.0 - busy)
         else:
-            values[first.name] = self._background_value(first, profile, 100.0, batch[first.name], rates, accuracy)
+            for k, rates in enumerate(forecasts):
+                values[k][first.name] = self._background_value(first, profile, 100.0, batch[first.name], rates, accuracy)
+        # The forecasts that leave the fillers the same idle fraction, each filler valued at them at once.
+        at_idle: dict[float, list[int]] = {}
+        for k, idle in enumerate(idles):
+            at_idle.setdefault(idle, []).append(k)
         # A lone filler runs at its solo speed in the idle time; several split it as the simulator runs them.
         split = filler_shares([(t.name, c) for t, c in zip(fillers, others, strict=True)]) if len(fillers) > 1 else {}
         for t in fillers:
@@ -1329,9 +1362,14 @@ class Planner:
                 else:
                     curve = self.perf.latency_curve_ms(self.gpu.name, t.model, t.max_batch, profile, share, SharingMode.MPS, colocated, slices)[0]
                 latency = np.asarray(curve, dtype=float) * t.tuning_latency_factor(share)
-                values[t.name] = self._inference_value(t, latency / idle, [b], rates, accuracy.get(t.name, t.accuracy), (rate_cv or {}).get(t.name, 0.0))[0]
+                for idle, ks in at_idle.items():
+                    filler_values = self._inference_values(t, latency / idle, [b], [forecasts[k] for k in ks], accuracy.get(t.name, t.accuracy),
+                                                           (rate_cv or {}).get(t.name, 0.0))
+                    for k, (value, _) in zip(ks, filler_values, strict=True):
+                        values[k][t.name] = value
             else:
-                values[t.name] = self._background_value(t, profile, share, batch[t.name], rates, accuracy, speed=idle, colocated=colocated)
+                for k, rates in enumerate(forecasts):
+                    values[k][t.name] = self._background_value(t, profile, share, batch[t.name], rates, accuracy, speed=idles[k], colocated=colocated)
         return values
 
     def _priority_fill_members(self, names: Sequence[str]) -> list[Tenant]:
@@ -1868,8 +1906,9 @@ class Planner:
 
     def forecast_options(self, configurations: Sequence[Configuration], forecasts: Sequence[Sequence[Rates]],
                          accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[OptionValues]:
-        """Per forecast, the value of every MPS option the configurations place (the
-        ``options`` :meth:`assess_many` takes), all forecasts in one vectorised call per option."""
+        """Per forecast, the value of every MPS option and priority-fill GI the configurations
+        place (the ``options`` :meth:`assess_many` takes), all forecasts in one vectorised call
+        per option or GI."""
         accuracy = dict(accuracy or {})
         options: list[OptionValues] = [{} for _ in forecasts]
         keys = {self.option_key(c, name) for c in configurations for name, placement in c.placement_keys.items() if placement.mode != _PRIORITY_FILL}
@@ -1877,6 +1916,14 @@ class Planner:
             name, profile, mps_pct, batch, sharing = key
             for k, value in enumerate(self.option_values(self.scenario.tenant(name), profile, mps_pct, forecasts, accuracy, batch, rate_cv, sharing)):
                 options[k][key] = value
+        filled: set[tuple] = set()
+        for c in configurations:
+            for g, i in self._priority_fill_gis(c):
+                key = self._priority_fill_key(c, g, i)
+                if key not in filled:
+                    filled.add(key)
+                    for k, values in enumerate(self.priority_fill_forecast_values(c, g, i, forecasts, accuracy, rate_cv)):
+                        options[k][key] = values
         return options
 
     def assess_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
