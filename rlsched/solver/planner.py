@@ -73,6 +73,7 @@ import time
 from statistics import NormalDist
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -155,6 +156,31 @@ OptionValues = dict[tuple, float | dict[str, float]]
 #: How a restarted inference option drains the backlog its downtime left (:meth:`Planner.drain`):
 #: (capacity, requests/s; SLO slack left by its batch, s; the tenant's queue timeout, s).
 Drain = tuple[float, float, float]
+
+
+class Move(NamedTuple):
+    """How a tenant gets from its running placement to an option (:meth:`Planner._move`),
+    whatever the option's value and the rates."""
+
+    kind: str
+    """"keep" (no restart), "start" (not running yet), "stage" (make-before-break) or "restart" """
+    delay_s: float
+    """until the new server serves: its restart (a start), restart plus GI create (staged), or
+    restart plus the GI's wait (a restart); 0 to keep"""
+
+
+_KEEP = Move("keep", 0.0)
+
+
+class PlacementTerms(NamedTuple):
+    """What a tenant's terms in :meth:`Planner.assess_many` depend on besides its value and the
+    rates: found once per placement and shared by every forecast's valuation."""
+
+    guard: float
+    """its SLO guard's charge (:meth:`Planner.slo_guard_cost`)"""
+    move: Move
+    drain: Drain | None
+    """its backlog model (:meth:`Planner.drain`); None to keep"""
 
 
 #: No rate quantiles: :func:`_on_time_kernel` at the steady rates themselves.
@@ -1080,20 +1106,28 @@ class Planner:
                 wait += o.destroy_s
         return wait
 
-    def _tenant_terms(self, t: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float, batch: int,
-                      mode: SharingMode, sharing: int | None, value: float, held: float | None, windows: Sequence[Rates],
-                      rate_cv: Rates | None) -> tuple[float, float, float]:
-        """(value less its SLO guard's charge, reconfiguration cost, payback hurdle) of tenant
-        ``t`` placed in ``gi`` on GPU g, worth ``value`` there (:meth:`assess_many`'s terms)."""
+    def _placement_terms(self, t: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float, batch: int,
+                         mode: SharingMode, sharing: int | None, horizon_s: float, rate_cv: Rates | None) -> PlacementTerms:
+        """:class:`PlacementTerms` of tenant ``t`` placed in ``gi`` on GPU g at ``mps_pct``,
+        ``batch``, in ``mode``, beside ``sharing`` other tenants, over ``horizon_s``."""
         share = mps_pct if mode == SharingMode.MPS else 100.0
         profile = gi.profile if gi else None
         staying = self.unchanged(t.name, current, g, gi, mps_pct, mode)
-        guard = self.slo_guard_cost(t, profile, share, batch, self.interval_s * len(windows), sharing, rate_cv, staying) if mode == SharingMode.MPS else 0.0
-        if staying:  # no move: no cost (what _reconfiguration says first), no hurdle
-            return value - guard, 0.0, 0.0
-        cost = self._reconfiguration(t, current, g, gi, mps_pct, value, windows, self.memory_gib(t.name, batch),
-                                     held if self.scenario.make_before_break else None, self.drain(t, profile, share, batch, sharing), mode)
-        return value - guard, cost, self.payback_hurdle(cost, held, t.name, current)
+        guard = self.slo_guard_cost(t, profile, share, batch, horizon_s, sharing, rate_cv, staying) if mode == SharingMode.MPS else 0.0
+        if staying:
+            return PlacementTerms(guard, _KEEP, None)
+        move = self._move(t, current, g, gi, mps_pct, self.memory_gib(t.name, batch), mode)
+        return PlacementTerms(guard, move, self.drain(t, profile, share, batch, sharing))
+
+    def _tenant_terms(self, t: Tenant, placement: PlacementTerms, value: float, held: float | None, windows: Sequence[Rates],
+                      current: Configuration | None) -> tuple[float, float, float]:
+        """(value less its SLO guard's charge, reconfiguration cost, payback hurdle) of tenant
+        ``t`` in a placement with these :class:`PlacementTerms`, worth ``value`` there over
+        ``windows`` (:meth:`assess_many`'s terms)."""
+        if placement.move.kind == "keep":  # no move: no cost, no hurdle
+            return value - placement.guard, 0.0, 0.0
+        cost = self._move_cost(t, placement.move, value, windows, held if self.scenario.make_before_break else None, placement.drain)
+        return value - placement.guard, cost, self.payback_hurdle(cost, held, t.name, current)
 
     def _reconfiguration(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None,
                          mps_pct: float, value: float, rates: Sequence[Rates], memory_gib: float = 0.0, held_value: float | None = None,
@@ -1109,16 +1143,31 @@ class Planner:
         the late answers beyond its error budget (:meth:`guarded_restart_cost`; a tenant's
         first start is not charged: every option pays it).
         """
+        return self._move_cost(tenant, self._move(tenant, current, g, gi, mps_pct, memory_gib, mode), value, rates, held_value, drain)
+
+    def _move(self, tenant: Tenant, current: Configuration | None, g: int, gi: GpuInstance | None, mps_pct: float,
+              memory_gib: float, mode: SharingMode) -> Move:
+        """How ``tenant`` gets to ``gi`` on GPU g at ``mps_pct`` in ``mode`` (its server needing
+        ``memory_gib``) from the running configuration (:meth:`_reconfiguration` says what each costs)."""
         if self.unchanged(tenant.name, current, g, gi, mps_pct, mode):
-            return 0.0
+            return _KEEP
         if current is not None and tenant.name not in current.placements:
-            return self.restart_loss(tenant, tenant.restart_s, value, rates, drain)
+            return Move("start", tenant.restart_s)
         if current is not None and self.scenario.make_before_break and self.can_stage(tenant.name, current, g, gi, memory_gib):
-            delay = tenant.restart_s + (self.gpu.profiles[gi.profile].create_s if gi is not None and gi not in current.layouts[g].instances else 0.0)
+            return Move("stage", tenant.restart_s + (self.gpu.profiles[gi.profile].create_s if gi is not None and gi not in current.layouts[g].instances else 0.0))
+        return Move("restart", tenant.restart_s + self._gi_wait_s(current, g, gi))
+
+    def _move_cost(self, tenant: Tenant, move: Move, value: float, rates: Sequence[Rates], held_value: float | None,
+                   drain: Drain | None) -> float:
+        """:meth:`_reconfiguration` of ``move`` to an option worth ``value`` over ``rates``' windows."""
+        if move.kind == "keep":
+            return 0.0
+        if move.kind == "start":
+            return self.restart_loss(tenant, move.delay_s, value, rates, drain)
+        if move.kind == "stage":
             gain = max(value - held_value, 0.0) / len(rates) if held_value is not None else 0.0
-            return sum(min(max(delay - k * self.interval_s, 0.0), self.interval_s) / self.interval_s * gain for k in range(len(rates)))
-        downtime = tenant.restart_s + self._gi_wait_s(current, g, gi)
-        return self.restart_loss(tenant, downtime, value, rates, drain) + self.guarded_restart_cost(tenant, downtime, rates, drain)
+            return sum(min(max(move.delay_s - k * self.interval_s, 0.0), self.interval_s) / self.interval_s * gain for k in range(len(rates)))
+        return self.restart_loss(tenant, move.delay_s, value, rates, drain) + self.guarded_restart_cost(tenant, move.delay_s, rates, drain)
 
     def guarded_restart_cost(self, tenant: Tenant, downtime_s: float, rates: Sequence[Rates], drain: Drain | None) -> float:
         """What its :class:`SloGuard` charges a running ``tenant`` for a restart of
@@ -1902,7 +1951,8 @@ class Planner:
         the configurations place is valued at all the forecasts in one vectorised call."""
         configurations = list(configurations)
         options = self.forecast_options([*configurations, *([current] if current is not None else [])], forecasts, accuracy, rate_cv)
-        return [self.assess_many(configurations, windows, current, accuracy, rate_cv, options[k]) for k, windows in enumerate(forecasts)]
+        placed: dict[tuple, PlacementTerms] = {}
+        return [self.assess_many(configurations, windows, current, accuracy, rate_cv, options[k], placed) for k, windows in enumerate(forecasts)]
 
     def forecast_options(self, configurations: Sequence[Configuration], forecasts: Sequence[Sequence[Rates]],
                          accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None) -> list[OptionValues]:
@@ -1928,12 +1978,15 @@ class Planner:
 
     def assess_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
                     accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None,
-                    options: OptionValues | None = None) -> list[tuple[float, float, float]]:
+                    options: OptionValues | None = None, placed: dict[tuple, PlacementTerms] | None = None) -> list[tuple[float, float, float]]:
         """:meth:`assess` of each configuration from the same running one at the same rates
         (a choice among candidates): the running configuration's values are computed once,
         and an MPS option the candidates share is valued once.
 
         :param options: MPS option values already computed at these rates (:meth:`configuration_values`)
+        :param placed: the tenants' :class:`PlacementTerms` found so far from the same running
+            configuration, by (tenant, placement, co-runner count, windows), filled in as they
+            are found (:meth:`assess_forecasts` shares them between its forecasts)
         """
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
@@ -1945,6 +1998,8 @@ class Planner:
         # placement, co-runner count and value only; library candidates share most tenants'
         # placements (a multi-GPU node's solutions differ on a few GPUs), so each is computed once.
         terms: dict[tuple, tuple[float, float, float]] = {}
+        placed = {} if placed is None else placed
+        horizon_s = self.interval_s * len(windows)
         results = []
         for configuration in configurations:
             values = self.configuration_values(configuration, windows, accuracy, rate_cv, options)
@@ -1957,9 +2012,14 @@ class Planner:
                 key = (name, placement, sharing, values[name])
                 found = terms.get(key)
                 if found is None:
-                    g, gi, mode, _ = configuration.placed_in[name]
-                    found = terms[key] = self._tenant_terms(t, current, g, gi, placement.mps_pct, placement.batch_size, mode, sharing,
-                                                            values[name], held_values.get(name), windows, rate_cv)
+                    # Its value aside, a tenant's terms depend on its placement alone: found once for every forecast.
+                    placement_key = (name, placement, sharing, len(windows))
+                    placement_terms = placed.get(placement_key)
+                    if placement_terms is None:
+                        g, gi, mode, _ = configuration.placed_in[name]
+                        placement_terms = placed[placement_key] = self._placement_terms(t, current, g, gi, placement.mps_pct, placement.batch_size,
+                                                                                        mode, sharing, horizon_s, rate_cv)
+                    found = terms[key] = self._tenant_terms(t, placement_terms, values[name], held_values.get(name), windows, current)
                 v, c, h = found
                 if placement.mode == _PRIORITY_FILL and name in self.slo_guards:
                     v -= self.priority_fill_guard_cost(configuration, name, self.interval_s * len(windows), rate_cv)
