@@ -1473,6 +1473,30 @@ def test_valuing_at_several_forecasts_at_once_gives_the_numbers_of_one_forecast_
     assert together[0] != together[2]
 
 
+def test_priority_fill_gis_valued_at_several_forecasts_at_once_give_the_numbers_of_one_forecast_at_a_time():
+    """``assess_forecasts`` values each priority-fill GI at every forecast in one pass (its
+    fillers' idle time differs by forecast): exactly ``assess_many``'s numbers per forecast,
+    with the first tenant's idle time from the fluid batcher and from its request log."""
+    import numpy as np
+
+    from rlsched.agents.baselines.planners import priority_fill_candidates
+    from rlsched.workloads.scenario import load_scenario
+
+    env = GpuShareEnv(load_scenario("default"))
+    env.reset(seed=0)
+    planner = Planner(env.scenario, env.backend.perf_model, env.backend.memory_gib, queueing_tail=True, payback_margin=True)
+    current = env.scenario.reference
+    configurations = [current, *priority_fill_candidates(env)]
+    means = {t.name: t.arrivals.mean_rate_rps() for t in env.scenario.inference_tenants()}
+    forecasts = [[{n: r * scale for n, r in means.items()}] * 3 for scale in (0.5, 1.0, 2.5)]
+    rate_cv = {n: 0.4 for n in means}
+    for log in (None, np.repeat(np.arange(0.0, 10.0, 0.16), 96)):  # 600 req/s in bunches of 96
+        planner.arrival_log = {} if log is None else {"resnet": log}
+        together = planner.assess_forecasts(configurations, forecasts, current, {}, rate_cv)
+        assert together == [planner.assess_many(configurations, windows, current, {}, rate_cv) for windows in forecasts]
+        assert together[0] != together[2]
+
+
 def test_a_solve_stopped_at_its_time_limit_keeps_at_least_the_running_configuration(default_env, planner, monkeypatch):
     # A solve HiGHS stops before it finds any solution of its own keeps the running
     # configuration (without it there was no answer at all).
