@@ -433,22 +433,18 @@ def test_a_paired_advantage_is_zero_for_the_rule_and_leaves_the_episode_as_it_wa
     assert any(a != 0.0 for a in advantages) and all(np.isfinite(advantages))
 
 
-@pytest.mark.parametrize("guard_charged", [False, True])
-def test_through_the_daemon_observer_a_paired_advantage_is_what_the_two_courses_earn_apart(guard_charged):
+def test_through_the_daemon_observer_a_paired_advantage_is_what_the_two_courses_earn_apart():
     """A departure's paired advantage, measured in branches that copy ``queue-slo-offered`` as it
     stands, is the difference of what two whole episodes earn over the horizon: one departing
     at that step, one following the planner throughout (the library asking for no solves, as in
-    the branches); and measuring it leaves the episode as it was. With ``slo_guard_charge``, each
-    course is also charged the SLO guard's price for its high-priority answers late beyond the
-    target over the horizon, as the episode's own SLO counts tell them."""
+    the branches); and measuring it leaves the episode as it was."""
     horizon, depart_at, steps = 3, 2, 12
 
-    def course(depart: bool, measure: bool) -> tuple[list[float], float, list[dict[str, int]], float]:
-        env = CandidateChoiceEnv(GpuShareEnv(TINY), paired_horizon=horizon if measure else 0, observer="daemon",
-                                 slo_guard_charge=guard_charged and measure)
+    def course(depart: bool, measure: bool) -> tuple[list[float], float]:
+        env = CandidateChoiceEnv(GpuShareEnv(TINY), paired_horizon=horizon if measure else 0, observer="daemon")
         env.reset(seed=0)
         env.observer.library.frozen = True
-        rewards, advantage, high = [], 0.0, []
+        rewards, advantage = [], 0.0
         for step in range(steps):
             action = env.planner_choice()
             if depart and step == depart_at:
@@ -460,25 +456,15 @@ def test_through_the_daemon_observer_a_paired_advantage_is_what_the_two_courses_
             assert env.observer.policy.library.decisions == decisions + 1  # the branches decided on copies
             assert info["planner_keeps"] == planner_keeps
             rewards.append(reward)
-            high.append(info["slo_counts"]["high"])
             advantage = info["paired_advantage"] if step == depart_at else advantage
-        return rewards, advantage, high, env.reward_scale
+        return rewards, advantage
 
-    departed, advantage, _, scale = course(depart=True, measure=True)
-    unmeasured, _, departed_high, _ = course(depart=True, measure=False)
-    assert departed == unmeasured
-    followed, _, followed_high, _ = course(depart=False, measure=False)
+    departed, advantage = course(depart=True, measure=True)
+    assert departed == course(depart=True, measure=False)[0]
+    followed, _ = course(depart=False, measure=False)
     assert advantage != 0.0
     window = slice(depart_at, depart_at + horizon)
-
-    def guard_charge(high: list[dict[str, int]]) -> float:  # 10 x resnet's weight (2) per late answer beyond 1%
-        decided = sum(counts["decided"] for counts in high[window])
-        late = decided - sum(counts["on_time"] for counts in high[window])
-        return 10.0 * 2.0 * max(late - 0.01 * decided, 0.0) / scale
-
-    charged = guard_charge(departed_high) - guard_charge(followed_high) if guard_charged else 0.0
-    assert charged != 0.0 or not guard_charged
-    assert advantage == pytest.approx(sum(departed[window]) - sum(followed[window]) - charged, rel=1e-9, abs=1e-9)
+    assert advantage == pytest.approx(sum(departed[window]) - sum(followed[window]), rel=1e-9, abs=1e-9)
 
 
 @pytest.mark.parametrize("observer", ["plain", "daemon"])
@@ -572,5 +558,3 @@ def test_every_slot_s_advantage_is_its_paired_advantage_over_the_planner_s_choic
     assert reward == reward_plain
     with pytest.raises(ValueError, match="paired_horizon"):
         CandidateChoiceEnv(GpuShareEnv(TINY), action_advantages=True)
-    with pytest.raises(ValueError, match="paired_horizon"):
-        CandidateChoiceEnv(GpuShareEnv(TINY), slo_guard_charge=True)

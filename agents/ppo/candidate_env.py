@@ -25,12 +25,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlsched.agents.baselines.base import HIGH_PRIORITY_SLO_TARGET, observed_load
+from rlsched.agents.baselines.base import observed_load
 from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.candidates import CANDIDATES, BurstForecast, CandidateLibrary, ScoredCandidates, offer_slots
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
-from rlsched.solver.planner import SLO_GUARD_PENALTY, Planner
+from rlsched.solver.planner import Planner
 from rlsched.workloads.tenants import Priority
 
 #: Per candidate, in order. ``gain_*``: predicted objective minus keeping's, at the EWMA
@@ -385,30 +385,22 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     :param action_advantages: every step also measures every offered slot's paired advantage
         over the observer planner's choice (:meth:`slot_advantages`, in
         ``info[ACTION_ADVANTAGES_KEY]``); needs ``paired_horizon`` > 0
-    :param slo_guard_charge: the branches behind paired advantages are also charged what the
-        daemon planner's SLO guard charges (:meth:`branch_guard_charge`), so that a move is
-        judged by the high-priority target the planner holds, not only by the scenario's SLO
-        penalty; needs ``paired_horizon`` > 0
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, env: GpuShareEnv, keep_library: bool = False, paired_horizon: int = 0, observer: str = "plain",
-                 choose_at: str = "every-decision", choices_only: bool = False, action_advantages: bool = False,
-                 slo_guard_charge: bool = False) -> None:
+                 choose_at: str = "every-decision", choices_only: bool = False, action_advantages: bool = False) -> None:
         if observer not in OBSERVERS:
             raise ValueError(f"observer {observer!r}: expected one of {OBSERVERS}")
         if choose_at not in CHOOSE_AT:
             raise ValueError(f"choose_at {choose_at!r}: expected one of {CHOOSE_AT}")
         if action_advantages and paired_horizon <= 0:
             raise ValueError(f"action_advantages needs paired_horizon > 0, not {paired_horizon}")
-        if slo_guard_charge and paired_horizon <= 0:
-            raise ValueError(f"slo_guard_charge needs paired_horizon > 0, not {paired_horizon}")
         self.env = env
         self.choose_at = choose_at
         self.choices_only = choices_only
         self.action_advantages = action_advantages
-        self.slo_guard_charge = slo_guard_charge
         self.keep_library = keep_library
         self.paired_horizon = paired_horizon
         self.observer_kind = observer
@@ -523,45 +515,19 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         planner, all on the same arrivals and service draws; the episode's state is restored."""
         assert self.observer is not None
         state = self.env.snapshot()
-        guarded = [t.name for t in self.env.scenario.inference_tenants() if t.priority is Priority.HIGH] if self.slo_guard_charge else []
         earned = []
         for first in firsts:
             self.env.restore(state)
             follow = self.observer.branch(first)
-            late, decided = np.zeros(len(guarded)), np.zeros(len(guarded))
-
-            def tally() -> None:  # the guarded tenants' answers in the interval just run
-                assert self.env.last_step is not None
-                for i, name in enumerate(guarded):
-                    stats = self.env.last_step.tenants[name]
-                    decided[i] += stats.completed + stats.dropped
-                    late[i] += stats.completed + stats.dropped - stats.on_time
-
             _, total, terminated, truncated, _ = self.env.step_configuration(first)
-            tally()
             for _ in range((self.paired_horizon if horizon is None else horizon) - 1):
                 if terminated or truncated:
                     break
                 _, reward, terminated, truncated, _ = self.env.step_configuration(follow())
                 total += reward
-                tally()
-            earned.append(float(total) - self.branch_guard_charge(late, decided))
+            earned.append(float(total))
         self.env.restore(state)
         return np.array(earned) / self.reward_scale
-
-    def branch_guard_charge(self, late: np.ndarray, decided: np.ndarray) -> float:
-        """What the daemon planner's SLO guard charges a branch whose high-priority tenants
-        answered ``late`` of their ``decided`` requests (one entry each): :data:`SLO_GUARD_PENALTY`
-        x the high priority weight x the late answers beyond :data:`HIGH_PRIORITY_SLO_TARGET`'s
-        allowance, per tenant (:meth:`Planner._late_charge`'s price, on what the branch measured
-        rather than on a prediction).
-
-        Why: the reward prices a late high-priority answer at the scenario's SLO penalty only,
-        so paired advantages favoured moves that trade the high-priority tenant's SLO for the
-        others' Goodput: stop 84's heldout-retrain departure put resnet on a shared 4g slice,
-        +20% Goodput at an SLO of 0.988 (docs/history-candidate-policy.md, stop 85)."""
-        beyond = np.maximum(late - (1.0 - HIGH_PRIORITY_SLO_TARGET) * decided, 0.0)
-        return SLO_GUARD_PENALTY * self.env.scenario.weights.priority.get(Priority.HIGH.value, 1.0) * float(beyond.sum())
 
     def action_masks(self) -> np.ndarray:
         """True for the slots the policy may choose (:func:`choice_masks`)."""

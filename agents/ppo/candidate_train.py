@@ -86,11 +86,6 @@ class CandidateChoiceConfig:
     on the surrogate or, with ``choose_at: planner-moves``, on the request-level simulator
     (there a choice measures all its slots' branches: about 12 x ``paired_horizon`` intervals,
     at about 4% of intervals); False: MaskablePPO's one-sample estimate"""
-    slo_guard_charge: bool = False
-    """paired advantages also charge each branch what the daemon planner's SLO guard would for
-    the high-priority answers it left late beyond the target
-    (:meth:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv.branch_guard_charge`); needs
-    ``paired_horizon`` > 0 on the request-level simulator"""
 
 
 @dataclass
@@ -133,9 +128,6 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
         raise ConfigError(path, "candidate_choice.expected_ppo", True,
                           "needs paired_horizon > 0, and the surrogate (surrogate_episodes > 0) or choose_at planner-moves "
                           "(on the simulator at every decision each step would measure every slot's branches)")
-    if choice.slo_guard_charge and not (choice.paired_horizon and not choice.surrogate_episodes):
-        raise ConfigError(path, "candidate_choice.slo_guard_charge", True,
-                          "needs paired_horizon > 0 on the request-level simulator (surrogate_episodes 0): it charges the branches")
     if choice.observer not in OBSERVERS:
         raise ConfigError(path, "candidate_choice.observer", choice.observer, f"expected one of {', '.join(OBSERVERS)}")
     if choice.observer != "plain" and choice.surrogate_episodes:
@@ -160,7 +152,7 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
     metadata = {"render_modes": []}
 
     def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0, observer: str = "plain", choose_at: str = "every-decision",
-                 action_advantages: bool = False, slo_guard_charge: bool = False) -> None:
+                 action_advantages: bool = False) -> None:
         from rlsched.agents.experts import scenario_of
         from rlsched.agents.ppo.candidate_env import ACTION_ADVANTAGES_KEY, CandidateChoiceEnv
         from rlsched.envs.gpushare import GpuShareEnv
@@ -171,8 +163,7 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
         # without one would fill a rollout with samples PPO cannot learn from.
         self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True,
                                         paired_horizon=paired_horizon, observer=observer, choose_at=choose_at,
-                                        choices_only=choose_at == "planner-moves", action_advantages=action_advantages,
-                                        slo_guard_charge=slo_guard_charge)
+                                        choices_only=choose_at == "planner-moves", action_advantages=action_advantages)
                      for spec in specs]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
@@ -301,8 +292,7 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
         # loop on two shared cores cut training from 1,650 to under 100 steps/s (measured).
         torch.set_num_threads(1)
     else:
-        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer, choice.choose_at, choice.expected_ppo,
-                                                      choice.slo_guard_charge))
+        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer, choice.choose_at, choice.expected_ppo))
                      for _ in range(config.n_envs)]
         venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
     if resume:
