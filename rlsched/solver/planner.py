@@ -1253,17 +1253,14 @@ class Planner:
         """
         options = {} if options is None else options
         values: dict[str, float] = {}
-        filled: set[tuple[int, int]] = set()
         for name, placement in configuration.placement_keys.items():
             if placement.mode == _PRIORITY_FILL:
-                p = configuration.placements[name]
-                filled.add((p.gpu_index, p.instance_index))
                 continue
             key = self.option_key(configuration, name)
             if key not in options:
                 options[key] = self.option_value(self.scenario.tenant(name), key[1], key[2], rates, accuracy, key[3], rate_cv, key[4])[0]
             values[name] = options[key]
-        for g, i in sorted(filled):
+        for g, i in self._priority_fill_gis(configuration):
             # Candidates share priority-fill GIs as they share MPS options: valued once per call's rates.
             key = self._priority_fill_key(configuration, g, i)
             if key not in options:
