@@ -255,6 +255,8 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
     ({"candidate_choice": {"scenarios": [TINY], "choose_at": "sometimes"}}, "candidate_choice.choose_at"),
     ({"candidate_choice": {"scenarios": [TINY], "choose_at": "planner-moves", "surrogate_episodes": 2}}, "candidate_choice.surrogate_episodes"),
     ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "expected_ppo": True}}, "candidate_choice.expected_ppo"),
+    ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "advantage_replay": 2}}, "candidate_choice.advantage_replay"),
+    ({"candidate_choice": {"scenarios": [TINY], "advantage_replay": -1}}, "candidate_choice.advantage_replay"),
     ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
 ])
 def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, field):

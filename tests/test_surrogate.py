@@ -198,6 +198,39 @@ def test_expected_ppo_raises_the_policys_expected_advantage_on_the_states_it_tra
     assert expected_advantage() > before
 
 
+def test_advantage_replay_trains_each_update_on_earlier_rollouts_too(one_gpu, tmp_path):
+    """With ``advantage_replay`` 2, an update trains on its own rollout and the two before it,
+    as they were collected; a saved and loaded model keeps the setting and starts its replay anew."""
+    import torch
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
+    from rlsched.agents.ppo.expected_ppo import ExpectedPPO
+
+    venv = DummyVecEnv([lambda: SurrogateChoiceEnv([one_gpu], episode_steps=4, paired_horizon=4, action_advantages=True) for _ in range(2)])
+    model = ExpectedPPO(CandidateScorerPolicy, venv, advantage_replay=2, n_steps=8, batch_size=16, n_epochs=2, learning_rate=3e-3, seed=0,
+                        device="cpu", policy_kwargs={"hidden": 16, "prior_weight": 2.0, "learn_prior": False})
+    trained_on, rollouts = [], []
+    original_train = model.train
+
+    def train() -> None:
+        rollouts.append(torch.as_tensor(model.rollout_buffer.observations.reshape(16, -1)).clone())
+        original_train()
+        trained_on.append(model.logger.name_to_value["train/states_trained_on"])
+
+    model.train = train
+    model.learn(64)  # four rollouts of 16 states
+    assert trained_on == [16, 32, 48, 48]
+    assert not torch.equal(rollouts[2], rollouts[3])
+    # the replay holds the last two rollouts as they were collected
+    assert model._replay is not None and [torch.equal(kept[0], r) for kept, r in zip(model._replay, rollouts[2:], strict=True)] == [True, True]
+    model.save(tmp_path / "model")
+    loaded = ExpectedPPO.load(tmp_path / "model", env=venv, device="cpu")
+    assert loaded.advantage_replay == 2 and loaded._replay is None
+    with pytest.raises(ValueError, match="advantage_replay"):
+        ExpectedPPO(CandidateScorerPolicy, venv, advantage_replay=-1, device="cpu")
+
+
 def test_on_the_tiny_node_the_surrogate_tracks_the_simulator(one_gpu):
     from rlsched.agents.ppo.surrogate import surrogate_error
 

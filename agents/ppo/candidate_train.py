@@ -86,6 +86,10 @@ class CandidateChoiceConfig:
     on the surrogate or, with ``choose_at: planner-moves``, on the request-level simulator
     (there a choice measures all its slots' branches: about 12 x ``paired_horizon`` intervals,
     at about 4% of intervals); False: MaskablePPO's one-sample estimate"""
+    advantage_replay: int = 0
+    """with ``expected_ppo``: each PPO update also trains on this many earlier rollouts' choices,
+    with the advantages recorded there (:class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO`;
+    sound because those are the planner's advantages, whichever policy visited the state); 0: none"""
 
 
 @dataclass
@@ -128,6 +132,11 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
         raise ConfigError(path, "candidate_choice.expected_ppo", True,
                           "needs paired_horizon > 0, and the surrogate (surrogate_episodes > 0) or choose_at planner-moves "
                           "(on the simulator at every decision each step would measure every slot's branches)")
+    if choice.advantage_replay < 0:
+        raise ConfigError(path, "candidate_choice.advantage_replay", choice.advantage_replay, "expected an integer >= 0")
+    if choice.advantage_replay and not choice.expected_ppo:
+        raise ConfigError(path, "candidate_choice.advantage_replay", choice.advantage_replay,
+                          "needs expected_ppo: true (only every action's advantages stay true under a later policy)")
     if choice.observer not in OBSERVERS:
         raise ConfigError(path, "candidate_choice.observer", choice.observer, f"expected one of {', '.join(OBSERVERS)}")
     if choice.observer != "plain" and choice.surrogate_episodes:
@@ -301,7 +310,7 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
         model = scorer_model(config, venv, run, normalize_advantage=not choice.paired_horizon,  # paired ones are exact, mostly zero: keep their scale
                              policy_kwargs={"hidden": choice.hidden, "prior_weight": choice.prior_weight, "learn_prior": False,
                                             "layout": CANDIDATE_LAYOUTS[choice.observer]},
-                             expected=choice.expected_ppo)
+                             expected=choice.expected_ppo, advantage_replay=choice.advantage_replay)
     resumed_at = model.num_timesteps
     venv.seed(config.seed + resumed_at)
     metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs)),

@@ -15,10 +15,22 @@ action's advantage each state pulls the scores of all its candidates at once: th
 (all-action) policy gradient (Allen et al., "Mean Actor-Critic", 2017; Ciosek & Whiteson,
 "Expected Policy Gradients", 2018), kept within PPO's trust region by its clipping. Rollouts,
 the critic, the entropy bonus, minibatches and epochs stay MaskablePPO's.
+
+With ``advantage_replay`` > 0 each update also trains on the states of that many earlier
+rollouts, with their recorded advantages. This stays sound because each advantage is the
+planner's (a slot's paired advantage over the planner's move, both branches followed by the
+planner), not the collecting policy's: an old state's advantages are as true now as when
+measured. Only the mix of states drifts toward those that earlier policies visited. The clip
+still holds each update near the policy before it, which is recomputed on every state.
+Why: on the request-level simulator a choice costs about 1.5 s of branches, so a rollout holds
+only 64 of them. Used for one update of ten epochs, they barely moved the deterministic policy.
+Fitted on the same recorded choices over many passes, the scorer picked better slots on other
+seeds' choices (docs/history-candidate-policy.md, stop 87).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -61,6 +73,20 @@ class ExpectedPPO(MaskablePPO):
 
     action_advantages: np.ndarray | None = None
 
+    def __init__(self, *args: Any, advantage_replay: int = 0, **kwargs: Any) -> None:
+        """``advantage_replay``: earlier rollouts each update also trains on (module docstring); 0: none."""
+        if advantage_replay < 0:
+            raise ValueError(f"advantage_replay {advantage_replay}: expected >= 0")
+        self.advantage_replay = advantage_replay
+        #: (observations, masks, advantages, returns) of the last ``advantage_replay`` rollouts
+        #: (made at the first update, so that a loaded model's holds its own ``advantage_replay``)
+        self._replay: deque[tuple[torch.Tensor, ...]] | None = None
+        super().__init__(*args, **kwargs)
+
+    def _excluded_save_params(self) -> list[str]:
+        # the replay holds rollouts, not the model: a resumed run collects it anew
+        return [*super()._excluded_save_params(), "_replay"]
+
     def learn(self, *args: Any, callback: Any = None, **kwargs: Any) -> ExpectedPPO:
         callbacks = callback if isinstance(callback, list) else ([callback] if callback is not None else [])
         if not any(isinstance(c, ActionAdvantages) for c in callbacks):
@@ -78,6 +104,12 @@ class ExpectedPPO(MaskablePPO):
         masks = torch.as_tensor(buffer.action_masks.reshape(-1, actions)).bool()
         advantages = torch.as_tensor(self.action_advantages.reshape(-1, actions))
         returns = torch.as_tensor(buffer.returns.reshape(-1))
+        current = (observations, masks, advantages, returns)  # the buffer allocates new arrays each rollout
+        if self.advantage_replay:
+            if self._replay is None:
+                self._replay = deque(maxlen=self.advantage_replay)
+            observations, masks, advantages, returns = (torch.cat(parts) for parts in zip(*self._replay, current, strict=True))
+            self._replay.append(current)
         with torch.no_grad():
             old_log_probs = self._log_probs(observations, masks)
         old_probs = old_log_probs.exp()
@@ -112,6 +144,7 @@ class ExpectedPPO(MaskablePPO):
         self.logger.record("train/explained_variance", explained_variance(buffer.values.flatten(), buffer.returns.flatten()))
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/clip_range", clip_range)
+        self.logger.record("train/states_trained_on", len(observations))
 
     def _log_probs(self, observations: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         """Every action's log-probability under the current policy (masked ones near -inf)."""

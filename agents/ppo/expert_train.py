@@ -253,18 +253,20 @@ def train_expert_choice(config_path: str | Path, out: str | Path) -> Path:
 
 
 def scorer_model(config: ChoiceRunConfig, venv: Any, run: Path, normalize_advantage: bool, policy_kwargs: dict[str, Any],
-                 expected: bool = False) -> Any:
+                 expected: bool = False, advantage_replay: int = 0) -> Any:
     """MaskablePPO with :class:`~rlsched.agents.ppo.candidate_policy.CandidateScorerPolicy` on
     ``venv``, set from ``config.ppo``, logging to ``run/tb``. Pass ``learn_prior: False`` in
     ``policy_kwargs`` unless PPO may move every state at once toward or away from the prior.
-    ``expected``: :class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO` (its objective over every action)."""
+    ``expected``: :class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO` (its objective over every action),
+    training each update also on ``advantage_replay`` earlier rollouts."""
     from sb3_contrib import MaskablePPO
 
     from rlsched.agents.ppo.candidate_policy import CandidateScorerPolicy
     from rlsched.agents.ppo.expected_ppo import ExpectedPPO
 
     p = config.ppo
-    return (ExpectedPPO if expected else MaskablePPO)(CandidateScorerPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
+    extra = {"advantage_replay": advantage_replay} if expected else {}
+    return (ExpectedPPO if expected else MaskablePPO)(CandidateScorerPolicy, venv, **extra, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
                        n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range, ent_coef=p.ent_coef,
                        vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=config.seed, device="cpu", tensorboard_log=str(run / "tb"),
                        normalize_advantage=normalize_advantage, policy_kwargs=policy_kwargs)
