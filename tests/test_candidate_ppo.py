@@ -142,7 +142,8 @@ def test_expected_ppo_trains_on_the_simulator_choosing_at_the_planner_s_moves(tm
     where the daemon planner moves, with every slot's paired advantage measured on the
     request-level simulator: the update reads them (``expected/*`` scalars), the policy moves,
     and the file records where it chooses (train-retrain cut to 30 intervals, whose second
-    retraining job then never runs)."""
+    retraining job then never runs). The choices of a validation seed are recorded once, and
+    each validation scores the policy there: the warm start chooses the planner's slot."""
     import onnx
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -160,7 +161,7 @@ def test_expected_ppo_trains_on_the_simulator_choosing_at_the_planner_s_moves(tm
     retrain["reference"]["placements"].pop("retrain-bert")
     (tmp_path / "retrain-30.yaml").write_text(yaml.safe_dump(retrain))
     choice = {"scenarios": [str(tmp_path / "retrain-30.yaml")], "validation_seeds": [1_000_003], "prior_weight": 2.0, "paired_horizon": 3,
-              "observer": "daemon", "choose_at": "planner-moves", "expected_ppo": True}
+              "observer": "daemon", "choose_at": "planner-moves", "expected_ppo": True, "choice_validation_seeds": [1_000_005]}
     run = train_candidate_choice(write_config(tmp_path / "expected.yaml", candidate_choice=choice, total_timesteps=4, eval_freq=4,
                                               ppo={"n_steps": 4, "batch_size": 4, "n_epochs": 2}), tmp_path / "run")
     assert {p.key: p.value for p in onnx.load(str(run / "policy.onnx")).metadata_props}["choose_at"] == "planner-moves"
@@ -169,6 +170,14 @@ def test_expected_ppo_trains_on_the_simulator_choosing_at_the_planner_s_moves(tm
     assert {"expected/positive_actions", "expected/states_with_a_better_action"} <= set(logged.Tags()["scalars"])
     assert "paired/departures" not in logged.Tags()["scalars"]  # ExpectedPPO takes every action's advantage, not the chosen one's
     assert logged.Scalars("train/approx_kl")[-1].value > 0.0
+    with np.load(run / "choice_validation.npz") as choices:
+        assert len(choices["planner"]) > 0 and choices["advantages"].shape == (len(choices["planner"]), 12)
+        assert (choices["advantages"][np.arange(len(choices["planner"])), choices["planner"]] == 0.0).all()
+        assert (choices["advantages"][~choices["masks"]] == 0.0).all() and (choices["advantages"] != 0.0).any()
+    warm, trained = json.loads((run / "validation.json").read_text())["per_validation"]
+    assert warm["choice_advantage"] == 0.0 and warm["choice_departures"] == 0.0
+    assert set(trained) >= {"choice_advantage", "choice_departures", "choice_losses"}
+    assert len(logged.Scalars("validation/choice_advantage")) == 2
 
 
 def test_a_file_naming_an_unknown_observer_is_refused(tmp_path, run):
@@ -257,6 +266,9 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
     ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "expected_ppo": True}}, "candidate_choice.expected_ppo"),
     ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "advantage_replay": 2}}, "candidate_choice.advantage_replay"),
     ({"candidate_choice": {"scenarios": [TINY], "advantage_replay": -1}}, "candidate_choice.advantage_replay"),
+    ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "choice_validation_seeds": [1_000_005]}}, "candidate_choice.choice_validation_seeds"),
+    ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "choose_at": "planner-moves", "choice_validation_seeds": [5]}},
+     "candidate_choice.choice_validation_seeds"),
     ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
 ])
 def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, field):

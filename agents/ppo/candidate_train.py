@@ -90,6 +90,15 @@ class CandidateChoiceConfig:
     """with ``expected_ppo``: each PPO update also trains on this many earlier rollouts' choices,
     with the advantages recorded there (:class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO`;
     sound because those are the planner's advantages, whichever policy visited the state); 0: none"""
+    choice_validation_seeds: tuple[int, ...] = ()
+    """seeds (each at or above :data:`TRAINING_SEED_RANGE`) of one warm-start episode per
+    training scenario whose choices (the planner's moves) are recorded once, with every offered
+    slot's paired advantage (``<run>/choice_validation.npz``, :func:`record_choices`). Each
+    validation then also scores the deterministic policy's slot at each of them
+    (:func:`choice_scores`: ``validation/choice_advantage`` and the shares that depart and
+    lose). Needs ``choose_at: planner-moves`` and ``paired_horizon`` > 0 on the simulator.
+    Why: nine episodes' Goodput could not tell checkpoints apart (stop 85), while advantages on
+    other seeds' recorded choices told what a fitted scorer had learned (stop 87)."""
 
 
 @dataclass
@@ -137,6 +146,13 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     if choice.advantage_replay and not choice.expected_ppo:
         raise ConfigError(path, "candidate_choice.advantage_replay", choice.advantage_replay,
                           "needs expected_ppo: true (only every action's advantages stay true under a later policy)")
+    if choice.choice_validation_seeds and (choice.choose_at != "planner-moves" or not choice.paired_horizon or choice.surrogate_episodes):
+        raise ConfigError(path, "candidate_choice.choice_validation_seeds", list(choice.choice_validation_seeds),
+                          "needs choose_at planner-moves and paired_horizon > 0 on the simulator (surrogate_episodes 0)")
+    low = [s for s in choice.choice_validation_seeds if s < TRAINING_SEED_RANGE]
+    if low:
+        raise ConfigError(path, "candidate_choice.choice_validation_seeds", list(choice.choice_validation_seeds),
+                          f"each must be >= {TRAINING_SEED_RANGE} (training episodes draw their seeds below it)")
     if choice.observer not in OBSERVERS:
         raise ConfigError(path, "candidate_choice.observer", choice.observer, f"expected one of {', '.join(OBSERVERS)}")
     if choice.observer != "plain" and choice.surrogate_episodes:
@@ -227,6 +243,77 @@ def reference_goodput(specs: tuple[str, ...], seeds: tuple[int, ...], policy: st
                      for spec, seed in tqdm(jobs, desc=f"validation episodes, {policy}", unit="episode", disable=not progress, leave=False)])
 
 
+#: Where a run keeps its recorded choices (:func:`record_choices`).
+CHOICES_FILE = "choice_validation.npz"
+
+
+def _record_choices_one(job: tuple[str, int, str, int]) -> dict[str, np.ndarray]:
+    """One warm-start episode's choices (a worker process's job): (scenario spec, seed, observer, paired horizon)."""
+    from rlsched.agents.experts import scenario_of
+    from rlsched.agents.ppo.candidate_env import ACTION_ADVANTAGES_KEY, CANDIDATES, CandidateChoiceEnv
+    from rlsched.envs.gpushare import GpuShareEnv
+
+    spec, seed, observer, horizon = job
+    env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), paired_horizon=horizon, observer=observer,
+                             choose_at="planner-moves", choices_only=True, action_advantages=True)
+    observation, _ = env.reset(seed=seed)
+    rows: dict[str, list[np.ndarray]] = {"observations": [], "masks": [], "advantages": [], "planner": []}
+    done = any(env.ended_before_a_choice)
+    while not done:
+        planner = env.planner_choice()
+        rows["observations"].append(observation)
+        rows["masks"].append(env.action_masks())
+        rows["planner"].append(np.array(planner))
+        observation, _, terminated, truncated, info = env.step(planner)
+        rows["advantages"].append(info[ACTION_ADVANTAGES_KEY])
+        done = terminated or truncated
+    width = {"observations": env.observation_space.shape, "masks": (CANDIDATES,), "advantages": (CANDIDATES,), "planner": ()}
+    return {k: np.array(v).reshape(len(v), *width[k]) for k, v in rows.items()}
+
+
+def record_choices(specs: tuple[str, ...], seeds: tuple[int, ...], observer: str, paired_horizon: int, path: Path,
+                   progress: bool) -> dict[str, np.ndarray]:
+    """The choices of warm-start episodes (the observer's planner choosing throughout) on each
+    scenario in ``specs`` at each of ``seeds``: at each of the planner's moves the observation,
+    the masks, the planner's slot and every offered slot's paired advantage over it on
+    ``paired_horizon`` intervals (node requests per interval), one process per core. Saved to
+    ``path`` and read back from there when it exists (a resumed run)."""
+    import io
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm import tqdm
+
+    from rlsched.fileio import write_bytes_atomically
+
+    if path.exists():
+        with np.load(path) as stored:
+            return dict(stored)
+    jobs = [(spec, seed, observer, paired_horizon) for spec in specs for seed in seeds]
+    with ProcessPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(jobs)))) as pool:
+        parts = list(tqdm(pool.map(_record_choices_one, jobs), total=len(jobs), desc="recording validation choices", unit="episode",
+                          disable=not progress))
+    record = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    buffer = io.BytesIO()
+    np.savez(buffer, **record)
+    write_bytes_atomically(path, buffer.getvalue())
+    return record
+
+
+def choice_scores(model: Any, record: dict[str, np.ndarray]) -> dict[str, float]:
+    """How the deterministic policy of ``model`` chooses at recorded choices (:func:`record_choices`):
+    the mean paired advantage of its slots over the planner's (node requests per interval;
+    0 for the warm start), and the shares of choices where it departs from the planner's
+    configuration and where it loses by it (empty record: all 0)."""
+    if not len(record["planner"]):
+        return {"choice_advantage": 0.0, "choice_departures": 0.0, "choice_losses": 0.0}
+    actions, _ = model.predict(record["observations"], deterministic=True, action_masks=record["masks"])
+    chosen = record["advantages"][np.arange(len(actions)), actions]
+    # a slot holding the planner's configuration has advantage 0 exactly; a departing one almost never
+    departs = (actions != record["planner"]) & (chosen != 0.0)
+    return {"choice_advantage": float(chosen.mean()), "choice_departures": float(departs.mean()), "choice_losses": float((chosen < 0.0).mean())}
+
+
 #: The run's validation record (the references, the warm start and every validation's
 #: episodes), rewritten after each validation: what a resumed run continues from.
 VALIDATION_FILE = "validation.json"
@@ -313,6 +400,8 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
                              expected=choice.expected_ppo, advantage_replay=choice.advantage_replay)
     resumed_at = model.num_timesteps
     venv.seed(config.seed + resumed_at)
+    choices = (record_choices(specs, choice.choice_validation_seeds, choice.observer, choice.paired_horizon, run / CHOICES_FILE, progress)
+               if choice.choice_validation_seeds else None)
     metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs)),
                 OBSERVER_KEY: choice.observer, CHOOSE_AT_KEY: choice.choose_at}
 
@@ -324,7 +413,10 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
         earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress, choice.observer, choice.choose_at)
         if record["warm_start"] is None:
             record["warm_start"] = earned.tolist()  # step 0: the warm start, the library planner itself (up to ties)
-        record["per_validation"].append({"num_timesteps": steps, "goodput": earned.tolist()})
+        scores = choice_scores(model, choices) if choices is not None else {}
+        for name, value in scores.items():
+            logger.record(f"validation/{name}", value)
+        record["per_validation"].append({"num_timesteps": steps, "goodput": earned.tolist(), **scores})
         write_text_atomically(run / VALIDATION_FILE, json.dumps(record, indent=2) + "\n")
         # Ratios of the summed Goodput: an episode's own ratio explodes where a policy earns
         # near zero (the planner on the Azure trace).
