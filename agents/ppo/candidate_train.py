@@ -127,10 +127,12 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     choice = config.candidate_choice
     if not choice.scenarios:
         raise ConfigError(path, "candidate_choice.scenarios", [], "name at least one training scenario")
-    low = [s for s in choice.validation_seeds if s < TRAINING_SEED_RANGE]
-    if not choice.validation_seeds or low:
-        raise ConfigError(path, "candidate_choice.validation_seeds", list(choice.validation_seeds),
-                          f"name at least one, each >= {TRAINING_SEED_RANGE} (training episodes draw their seeds below it)")
+    if not choice.validation_seeds:
+        raise ConfigError(path, "candidate_choice.validation_seeds", [], f"name at least one, each >= {TRAINING_SEED_RANGE}")
+    for field in ("validation_seeds", "choice_validation_seeds"):
+        seeds = list(getattr(choice, field))
+        if any(s < TRAINING_SEED_RANGE for s in seeds):
+            raise ConfigError(path, f"candidate_choice.{field}", seeds, f"each must be >= {TRAINING_SEED_RANGE} (training episodes draw their seeds below it)")
     if choice.paired_horizon < 0:
         raise ConfigError(path, "candidate_choice.paired_horizon", choice.paired_horizon, "must be >= 0 (0: GAE)")
     if choice.surrogate_episodes < 0:
@@ -149,10 +151,6 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     if choice.choice_validation_seeds and (choice.choose_at != "planner-moves" or not choice.paired_horizon or choice.surrogate_episodes):
         raise ConfigError(path, "candidate_choice.choice_validation_seeds", list(choice.choice_validation_seeds),
                           "needs choose_at planner-moves and paired_horizon > 0 on the simulator (surrogate_episodes 0)")
-    low = [s for s in choice.choice_validation_seeds if s < TRAINING_SEED_RANGE]
-    if low:
-        raise ConfigError(path, "candidate_choice.choice_validation_seeds", list(choice.choice_validation_seeds),
-                          f"each must be >= {TRAINING_SEED_RANGE} (training episodes draw their seeds below it)")
     if choice.observer not in OBSERVERS:
         raise ConfigError(path, "candidate_choice.observer", choice.observer, f"expected one of {', '.join(OBSERVERS)}")
     if choice.observer != "plain" and choice.surrogate_episodes:
