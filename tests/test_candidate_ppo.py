@@ -180,6 +180,41 @@ def test_expected_ppo_trains_on_the_simulator_choosing_at_the_planner_s_moves(tm
     assert len(logged.Scalars("validation/choice_advantage")) == 2
 
 
+@pytest.mark.parametrize("n_envs", [1, 2])
+def test_branches_follow_the_policy_as_it_stood_at_each_rollout_s_start(tmp_path, n_envs):
+    """With ``branch_follow: policy`` every training environment (in this process or in worker
+    processes) receives a copy of the policy at each rollout's start (:class:`BranchPolicySync`),
+    which follows it in its branches; the copy does not train with the model."""
+    import torch
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from rlsched.agents.ppo.candidate_policy import CANDIDATE_LAYOUTS, CandidateScorerPolicy
+    from rlsched.agents.ppo.candidate_train import BranchPolicySync, ScenarioMixEnv
+    from rlsched.agents.ppo.expected_ppo import ExpectedPPO
+
+    class Probe(ScenarioMixEnv):
+        def follows_policy(self) -> bool:
+            return all(env.branch_choose is not None for env in self.envs)
+
+    factories = [lambda: Probe((TINY,), 3, "daemon", "planner-moves", True) for _ in range(n_envs)]
+    venv = SubprocVecEnv(factories) if n_envs > 1 else DummyVecEnv(factories)
+    try:
+        model = ExpectedPPO(CandidateScorerPolicy, venv, n_steps=2, batch_size=2, n_epochs=1, vf_coef=0.0, device="cpu", seed=0,
+                            policy_kwargs={"hidden": 8, "prior_weight": 2.0, "learn_prior": False, "layout": CANDIDATE_LAYOUTS["daemon"]})
+        assert venv.env_method("follows_policy") == [False] * n_envs
+        model.learn(2, callback=[BranchPolicySync()])
+        assert venv.env_method("follows_policy") == [True] * n_envs
+        if n_envs == 1:  # the environment's copy, not the model's own policy: training it leaves the copy as it was
+            followed = venv.envs[0].envs[0].branch_choose.__closure__[0].cell_contents
+            assert followed is not model.policy and followed.optimizer is None
+            with torch.no_grad():
+                for parameter in model.policy.parameters():
+                    parameter.add_(1.0)
+            assert all(not torch.equal(a, b) for a, b in zip(followed.parameters(), model.policy.parameters(), strict=True))
+    finally:
+        venv.close()
+
+
 def test_a_file_naming_an_unknown_observer_is_refused(tmp_path, run):
     import onnx
 
@@ -269,6 +304,10 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
     ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "choice_validation_seeds": [1_000_005]}}, "candidate_choice.choice_validation_seeds"),
     ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "choose_at": "planner-moves", "choice_validation_seeds": [5]}},
      "candidate_choice.choice_validation_seeds"),
+    ({"candidate_choice": {"scenarios": [TINY], "branch_follow": "oracle"}}, "candidate_choice.branch_follow"),
+    ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "choose_at": "planner-moves", "expected_ppo": True, "branch_follow": "policy"}},
+     "candidate_choice.branch_follow"),  # the plain observer's state is not copied into a branch
+    ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "observer": "daemon", "branch_follow": "policy"}}, "candidate_choice.branch_follow"),
     ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
 ])
 def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, field):

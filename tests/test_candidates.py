@@ -531,6 +531,37 @@ def test_choosing_only_at_choices_runs_the_episode_the_planner_runs_and_stops_on
     assert summed == pytest.approx(step_by_step, rel=1e-9)
 
 
+def test_branches_that_follow_the_policy_price_a_departure_as_the_policy_repeats_it():
+    """``set_branch_policy``: a slot's branch follows the policy's deterministic choice where
+    it chooses, not the planner. The warm-start scorer (the planner's choice) measures every
+    slot exactly as the planner's branches do; a policy that keeps wherever it may prices the
+    keeping slot as kept throughout, not once. The episode goes on as it was either way; the
+    plain observer, whose state a branch cannot copy, refuses."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from rlsched.agents.ppo.candidate_policy import CANDIDATE_LAYOUTS, CandidateScorerPolicy
+    from rlsched.agents.ppo.expected_ppo import ExpectedPPO
+    from rlsched.workloads.scenario import load_scenario
+
+    env = CandidateChoiceEnv(GpuShareEnv(load_scenario("default")), observer="daemon", choose_at="planner-moves",
+                             choices_only=True, paired_horizon=6, action_advantages=True)
+    warm_start = ExpectedPPO(CandidateScorerPolicy, DummyVecEnv([lambda: env]), device="cpu",
+                             policy_kwargs={"hidden": 8, "prior_weight": 20.0, "learn_prior": False, "layout": CANDIDATE_LAYOUTS["daemon"]})
+    env.reset(seed=0)
+    keep = 0
+    assert env.action_masks()[keep] and env.observer.configuration(keep) != env.observer.configuration(env.planner_choice())
+    planner_followed = env.slot_advantages()
+    env.set_branch_policy(warm_start.policy)
+    assert np.array_equal(env.slot_advantages(), planner_followed)
+    env.branch_choose = lambda observation, masks: keep
+    kept_throughout = env.slot_advantages()
+    assert kept_throughout[keep] != pytest.approx(planner_followed[keep], abs=1e-6)
+    env.set_branch_policy(None)
+    assert np.array_equal(env.slot_advantages(), planner_followed)  # the episode's state was restored each time
+    with pytest.raises(ValueError, match="daemon observer"):
+        CandidateChoiceEnv(GpuShareEnv(TINY)).set_branch_policy(warm_start.policy)
+
+
 def test_every_slot_s_advantage_is_its_paired_advantage_over_the_planner_s_choice():
     """``slot_advantages`` measures each unmasked slot as ``paired_advantage`` does, the
     planner's own slot and the masked ones at 0; a step with ``action_advantages`` reports

@@ -64,6 +64,15 @@ CHOOSE_AT: tuple[str, ...] = ("every-decision", "planner-moves")
 #: Each step's info key holding every action's paired advantage (an array, one per slot), what
 #: :class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO` learns from.
 ACTION_ADVANTAGES_KEY = "action_advantages"
+#: A policy's deterministic choice: (observation, masks) -> slot.
+SlotChooser = Callable[[np.ndarray, np.ndarray], int]
+#: What a training branch follows after its first configuration: the observer's planner, or
+#: the policy being trained (:meth:`CandidateChoiceEnv.set_branch_policy`). Why the second: a
+#: branch followed by the planner prices one interval of a departure, and a policy that keeps
+#: against the planner's move keeps again at the next interval. On heldout-bursty-high keeping
+#: once cost -0.23 over 60 intervals where keeping throughout cost -5.68
+#: (docs/history-candidate-policy.md, stop 87).
+BRANCH_FOLLOW: tuple[str, ...] = ("planner", "policy")
 
 
 def planner_keeps(observer: CandidateObserver | DaemonObserver) -> bool:
@@ -311,17 +320,35 @@ class DaemonObserver:
         value model's error on the intervals that keep, and holds what was applied."""
         self.policy.applied(configuration)
 
-    def branch(self, first: Configuration) -> Callable[[], Configuration]:
-        """A chooser that goes on as ``queue-slo-offered`` from the node's current state, after
-        ``first`` is applied (a training branch): a copy of the policy as it stands, sharing
-        its planners' caches (each entry a function of its key), whose library asks for no solves."""
+    def branch(self, first: Configuration, choose: SlotChooser | None = None) -> Callable[[], Configuration]:
+        """A chooser that goes on from the node's current state after ``first`` is applied (a
+        training branch): as ``queue-slo-offered``, or, given ``choose``, as that policy
+        choosing where this observer's policy would (:func:`choice_masks`; elsewhere the only
+        open slot). Either runs on a copy of this observer as it stands (:meth:`fork`)."""
+        fork = self.fork(first)
+        if choose is None:
+            return lambda: fork.policy.act(np.zeros(0), fork.env)
+
+        def policy_choice() -> Configuration:
+            observation = fork.observe()
+            masks = fork.action_masks()
+            slot = int(np.argmax(masks)) if masks.sum() <= 1 else int(choose(observation, masks))
+            configuration = fork.configuration(slot)
+            fork.commit(configuration)
+            return configuration
+        return policy_choice
+
+    def fork(self, first: Configuration) -> DaemonObserver:
+        """A copy of this observer that goes on after ``first`` is applied: its policy copied as
+        it stands, sharing its planners' caches (each entry a function of its key), its library
+        asking for no solves; the node itself shared (a branch restores it afterwards)."""
         policy = self.policy
-        env = self.env
-        shared = {id(env): env, id(policy.planner): policy.planner.snapshot(), id(policy.ranking_planner): policy.ranking_planner.snapshot()}
-        follower = copy.deepcopy(policy, shared)
-        follower.library.frozen = True
-        follower.applied(first)
-        return lambda: follower.act(np.zeros(0), env)
+        shared = {id(self.env): self.env, id(policy.planner): policy.planner.snapshot(),
+                  id(policy.ranking_planner): policy.ranking_planner.snapshot()}
+        fork = copy.deepcopy(self, shared)
+        fork.policy.library.frozen = True
+        fork.commit(first)
+        return fork
 
     def observe(self) -> np.ndarray:
         """Run ``queue-slo-offered``'s decision at the node's current state; the observation of
@@ -400,6 +427,9 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self.env = env
         self.choose_at = choose_at
         self.choices_only = choices_only
+        #: What training branches follow after their first configuration: None the observer's
+        #: planner, else this choice (:meth:`set_branch_policy`).
+        self.branch_choose: SlotChooser | None = None
         self.action_advantages = action_advantages
         self.keep_library = keep_library
         self.paired_horizon = paired_horizon
@@ -479,6 +509,23 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
             observation = self.observer.observe()
         return observation, total, terminated, truncated
 
+    def set_branch_policy(self, policy: Any) -> None:
+        """Training branches follow ``policy`` (an SB3 policy with ``predict``; its deterministic
+        choice, where the observer's policy chooses) after their first configuration, instead of
+        the observer's planner (:data:`BRANCH_FOLLOW`); None: the planner again. A slot's
+        advantage is then the policy's own: what applying it earns over the planner's move, both
+        followed by the policy as it stands. Daemon observer only (its state can be copied)."""
+        if policy is None:
+            self.branch_choose = None
+            return
+        if self.observer_kind != "daemon":
+            raise ValueError(f"branches that follow the policy need the daemon observer, not {self.observer_kind!r}")
+
+        def choose(observation: np.ndarray, masks: np.ndarray) -> int:
+            action, _ = policy.predict(observation, deterministic=True, action_masks=masks)
+            return int(action)
+        self.branch_choose = choose
+
     def slot_advantages(self, horizon: int | None = None) -> np.ndarray:
         """Every unmasked slot's paired advantage over the observer planner's choice
         (:meth:`paired_advantage`; the planner's own slot and masked ones: 0), over ``horizon``
@@ -501,7 +548,8 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         """What applying ``chosen`` instead of ``rule`` (the observer planner's choice) earns, in
         the node's requests per interval: from the current state, one branch applies each, then
         both follow the observer's planner (:meth:`CandidateObserver.branch`,
-        :meth:`DaemonObserver.branch`: its library as it is now) for the rest of ``horizon``
+        :meth:`DaemonObserver.branch`: its library as it is now), or the branch policy where
+        one is set (:meth:`set_branch_policy`), for the rest of ``horizon``
         intervals (None: :attr:`paired_horizon`), on the same arrivals and service draws (the
         simulator's state, Generators included, is copied). The episode goes on from the state
         it was in. This is the paired baseline for input-driven environments: the traffic's
@@ -512,13 +560,14 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     def _branch_returns(self, firsts: list[Configuration], horizon: int | None) -> np.ndarray:
         """Scaled reward over ``horizon`` intervals (None: :attr:`paired_horizon`) of each branch
         that applies ``firsts[b]`` from the current state and then follows the observer's
-        planner, all on the same arrivals and service draws; the episode's state is restored."""
+        planner (or the branch policy), all on the same arrivals and service draws; the
+        episode's state is restored."""
         assert self.observer is not None
         state = self.env.snapshot()
         earned = []
         for first in firsts:
             self.env.restore(state)
-            follow = self.observer.branch(first)
+            follow = self.observer.branch(first) if self.branch_choose is None else self.observer.branch(first, self.branch_choose)
             _, total, terminated, truncated, _ = self.env.step_configuration(first)
             for _ in range((self.paired_horizon if horizon is None else horizon) - 1):
                 if terminated or truncated:

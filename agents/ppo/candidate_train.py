@@ -22,6 +22,7 @@ A config with a ``candidate_choice:`` section (``configs/train/candidate_ppo.yam
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import dataclass, field
@@ -90,6 +91,14 @@ class CandidateChoiceConfig:
     """with ``expected_ppo``: each PPO update also trains on this many earlier rollouts' choices,
     with the advantages recorded there (:class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO`;
     sound because those are the planner's advantages, whichever policy visited the state); 0: none"""
+    branch_follow: str = "planner"
+    """what each slot's branch follows after its first configuration
+    (:data:`~rlsched.agents.ppo.candidate_env.BRANCH_FOLLOW`): ``planner`` (the observer's
+    planner), or ``policy``: the policy being trained, as it stood at the rollout's start
+    (its deterministic choice where it chooses; :class:`BranchPolicySync`). With ``policy`` a
+    slot's advantage prices a departure as the policy would repeat it, and advantages replayed
+    from earlier rollouts (``advantage_replay``) are those earlier policies'. Needs
+    ``expected_ppo`` on the simulator with the daemon observer."""
     choice_validation_seeds: tuple[int, ...] = ()
     """seeds (each at or above :data:`TRAINING_SEED_RANGE`) of one warm-start episode per
     training scenario whose choices (the planner's moves) are recorded once, with every offered
@@ -119,7 +128,7 @@ def is_candidate_config(path: str | Path) -> bool:
 def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     """Read and check a ``candidate-ppo`` training config (errors name the file, field and value)."""
     from rlsched.agents.experts import scenario_of
-    from rlsched.agents.ppo.candidate_env import CHOOSE_AT, OBSERVERS
+    from rlsched.agents.ppo.candidate_env import BRANCH_FOLLOW, CHOOSE_AT, OBSERVERS
 
     path = Path(path)
     config: CandidateTrainConfig = _section(str(path), "", CandidateTrainConfig, read_yaml_config(path))
@@ -156,6 +165,11 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     if choice.observer != "plain" and choice.surrogate_episodes:
         raise ConfigError(path, "candidate_choice.surrogate_episodes", choice.surrogate_episodes,
                           f"the surrogate tabulates the plain observer only; set 0 with observer {choice.observer}")
+    if choice.branch_follow not in BRANCH_FOLLOW:
+        raise ConfigError(path, "candidate_choice.branch_follow", choice.branch_follow, f"expected one of {', '.join(BRANCH_FOLLOW)}")
+    if choice.branch_follow == "policy" and not (choice.expected_ppo and choice.observer == "daemon" and not choice.surrogate_episodes):
+        raise ConfigError(path, "candidate_choice.branch_follow", choice.branch_follow,
+                          "needs expected_ppo: true and observer daemon on the simulator (surrogate_episodes 0)")
     if choice.choose_at not in CHOOSE_AT:
         raise ConfigError(path, "candidate_choice.choose_at", choice.choose_at, f"expected one of {', '.join(CHOOSE_AT)}")
     if choice.choose_at != "every-decision" and choice.surrogate_episodes:
@@ -204,6 +218,26 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
     def action_masks(self) -> np.ndarray:
         """The running episode's masks."""
         return self.active.action_masks()
+
+    def set_branch_policy(self, policy: Any) -> None:
+        """Every scenario's training branches follow ``policy`` (None: the observer's planner;
+        :meth:`~rlsched.agents.ppo.candidate_env.CandidateChoiceEnv.set_branch_policy`)."""
+        for env in self.envs:
+            env.set_branch_policy(policy)
+
+
+class BranchPolicySync(BaseCallback):
+    """At each rollout's start, hands a copy of the policy being trained to every training
+    environment, whose branches then follow it (``branch_follow: policy``)."""
+
+    def _on_rollout_start(self) -> None:
+        policy = copy.deepcopy(self.model.policy)
+        policy.optimizer = None  # the environments only predict
+        policy.set_training_mode(False)
+        self.training_env.env_method("set_branch_policy", policy)
+
+    def _on_step(self) -> bool:
+        return True
 
 
 def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: str, progress: bool, observer: str = "plain",
@@ -427,7 +461,8 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
     started = time.perf_counter()
     # ExpectedPPO collects its own advantages (every action's); MaskablePPO takes the paired ones in place of GAE's
     paired = [PairedCandidateAdvantages()] if choice.paired_horizon and not choice.expected_ppo else []
-    callbacks = [PeriodicValidation(run, config.eval_freq, metadata, evaluate, resumed=resume), *paired]
+    follow_policy = [BranchPolicySync()] if choice.branch_follow == "policy" else []
+    callbacks = [PeriodicValidation(run, config.eval_freq, metadata, evaluate, resumed=resume), *paired, *follow_policy]
     model.learn(max(config.total_timesteps - resumed_at, 0), callback=callbacks, progress_bar=progress, reset_num_timesteps=not resume)
     seconds = time.perf_counter() - started
     venv.close()

@@ -17,11 +17,14 @@ action's advantage each state pulls the scores of all its candidates at once: th
 the critic, the entropy bonus, minibatches and epochs stay MaskablePPO's.
 
 With ``advantage_replay`` > 0 each update also trains on the states of that many earlier
-rollouts, with their recorded advantages. This stays sound because each advantage is the
-planner's (a slot's paired advantage over the planner's move, both branches followed by the
-planner), not the collecting policy's: an old state's advantages are as true now as when
-measured. Only the mix of states drifts toward those that earlier policies visited. The clip
-still holds each update near the policy before it, which is recomputed on every state.
+rollouts, with their recorded advantages. Where the branches follow the planner, this stays
+sound because each advantage is the planner's (a slot's paired advantage over the planner's
+move, both branches followed by the planner), not the collecting policy's: an old state's
+advantages are as true now as when measured. Only the mix of states drifts toward those that
+earlier policies visited. Where the branches follow the policy (``branch_follow: policy``), a
+replayed advantage is an earlier policy's, which the clip keeps near the current one for a few
+updates. The clip still holds each update near the policy before it, which is recomputed on
+every state.
 Why: on the request-level simulator a choice costs about 1.5 s of branches, so a rollout holds
 only 64 of them. Used for one update of ten epochs, they barely moved the deterministic policy.
 Fitted on the same recorded choices over many passes, the scorer picked better slots on other
