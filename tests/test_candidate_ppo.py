@@ -202,7 +202,7 @@ def test_branches_follow_the_policy_as_it_stood_at_each_rollout_s_start(tmp_path
         model = ExpectedPPO(CandidateScorerPolicy, venv, n_steps=2, batch_size=2, n_epochs=1, vf_coef=0.0, device="cpu", seed=0,
                             policy_kwargs={"hidden": 8, "prior_weight": 2.0, "learn_prior": False, "layout": CANDIDATE_LAYOUTS["daemon"]})
         assert venv.env_method("follows_policy") == [False] * n_envs
-        model.learn(2, callback=[BranchPolicySync()])
+        model.learn(4, callback=[BranchPolicySync()])  # two rollouts: the second copies a policy that has trained
         assert venv.env_method("follows_policy") == [True] * n_envs
         if n_envs == 1:  # the environment's copy, not the model's own policy: training it leaves the copy as it was
             followed = venv.envs[0].envs[0].branch_choose.__closure__[0].cell_contents

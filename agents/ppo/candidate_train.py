@@ -22,7 +22,6 @@ A config with a ``candidate_choice:`` section (``configs/train/candidate_ppo.yam
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from dataclasses import dataclass, field
@@ -231,7 +230,11 @@ class BranchPolicySync(BaseCallback):
     environment, whose branches then follow it (``branch_follow: policy``)."""
 
     def _on_rollout_start(self) -> None:
-        policy = copy.deepcopy(self.model.policy)
+        # Built anew and loaded, not deep-copied: after an update the policy holds tensors that
+        # are not graph leaves, which refuse deepcopy.
+        model = self.model
+        policy = model.policy_class(model.observation_space, model.action_space, model.lr_schedule, **model.policy_kwargs)
+        policy.load_state_dict(model.policy.state_dict())
         policy.optimizer = None  # the environments only predict
         policy.set_training_mode(False)
         self.training_env.env_method("set_branch_policy", policy)
