@@ -89,7 +89,8 @@ class CandidateChoiceConfig:
     advantage_replay: int = 0
     """with ``expected_ppo``: each PPO update also trains on this many earlier rollouts' choices,
     with the advantages recorded there (:class:`~rlsched.agents.ppo.expected_ppo.ExpectedPPO`;
-    sound because those are the planner's advantages, whichever policy visited the state); 0: none"""
+    with ``branch_follow: planner`` sound because those are the planner's advantages, whichever
+    policy visited the state; with ``policy`` they are earlier policies'); 0: none"""
     branch_follow: str = "planner"
     """what each slot's branch follows after its first configuration
     (:data:`~rlsched.agents.ppo.candidate_env.BRANCH_FOLLOW`): ``planner`` (the observer's
