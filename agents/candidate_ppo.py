@@ -36,7 +36,7 @@ import numpy as np
 from rlsched.agents.baselines.base import Policy
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.agents.onnx_policy import open_choice_policy
-from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, CHOOSE_AT, GLOBAL_FEATURES, OBSERVERS, make_observer
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, CHOOSE_AT, GLOBAL_FEATURES, OBSERVER_FEATURES, OBSERVERS, make_observer
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
@@ -53,6 +53,13 @@ CHOOSE_AT_KEY = "choose_at"
 SHIPPED_CANDIDATE_POLICY = Path(__file__).parent / "policies" / "candidate" / "policy.onnx"
 
 
+def observation_width(meta: dict[str, str]) -> int:
+    """The observation width this rlsched builds for a file with metadata ``meta`` (its observer's
+    features; an unknown observer is refused after, by name)."""
+    features = OBSERVER_FEATURES.get(meta.get(OBSERVER_KEY, "plain"), CANDIDATE_FEATURES)
+    return CANDIDATES * len(features) + len(GLOBAL_FEATURES)
+
+
 class CandidatePpo(Policy):
     """A candidate-choice network deciding every interval (see the module docstring).
 
@@ -65,7 +72,7 @@ class CandidatePpo(Policy):
     background_solves = False
 
     def __init__(self, spec: str) -> None:
-        self.path, self.session, meta = open_choice_policy(spec, CANDIDATE_CHOICE_KIND, CANDIDATES * len(CANDIDATE_FEATURES) + len(GLOBAL_FEATURES),
+        self.path, self.session, meta = open_choice_policy(spec, CANDIDATE_CHOICE_KIND, observation_width,
                                                            "rlsched train --config configs/train/candidate_ppo.yaml --out runs/NAME makes one",
                                                            shipped=SHIPPED_CANDIDATE_POLICY)
         try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,13 +182,14 @@ def resolve_policy_path(spec: str) -> Path:
     return path
 
 
-def open_choice_policy(spec: str, kind: str, observation_width: int, how_to_make: str,
+def open_choice_policy(spec: str, kind: str, observation_width: int | Callable[[dict[str, str]], int], how_to_make: str,
                        shipped: Path | None = None) -> tuple[Path, Any, dict[str, str]]:
     """A choice-policy file (``hedge-ppo``, ``candidate-ppo``) named ``KIND:FILE.onnx``,
     ``KIND:RUN_DIR`` (its ``policy.onnx``) or ``KIND`` alone (the ``shipped`` file): (path,
     onnxruntime session, metadata). A :class:`ConfigError` names the spec or file and what is
     wrong: not of that ``kind``, not loadable, or an observation of another width than this
-    rlsched builds (``how_to_make`` tells how to get a file where none is named or shipped)."""
+    rlsched builds (``how_to_make`` tells how to get a file where none is named or shipped;
+    ``observation_width`` may be a function of the file's metadata)."""
     prefix, colon, rest = spec.partition(":")
     if spec == kind and shipped is not None:
         rest = str(shipped)
@@ -204,6 +206,8 @@ def open_choice_policy(spec: str, kind: str, observation_width: int, how_to_make
     if meta.get(KIND_KEY) != kind:
         raise ConfigError(path, KIND_KEY, meta.get(KIND_KEY), f"not a {kind} policy")
     width = session.get_inputs()[0].shape[1]
+    if callable(observation_width):
+        observation_width = observation_width(meta)
     if width != observation_width:
         raise ConfigError(path, "observation", width, f"the policy's observation has {width} features, this rlsched builds {observation_width}")
     return path, session, dict(meta)

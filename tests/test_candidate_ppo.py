@@ -137,6 +137,38 @@ def test_through_the_daemon_observer_the_warm_start_is_queue_slo_offered_on_two_
     assert warm == planner and len({str(c) for c in warm}) > 1
 
 
+def test_a_file_that_sees_each_slot_per_tenant_kind_starts_as_queue_slo_offered_and_names_its_width(tmp_path):
+    """Trained through ``daemon-tenants`` (with branch_follow: policy, over two rollouts), a
+    file records that observer, reads the wider observation, and before any update chooses what
+    ``queue-slo-offered`` applies; a file whose metadata names an observer of another width is
+    refused with both widths."""
+    import onnx
+
+    from rlsched.agents.candidate_ppo import CandidatePpo
+    from rlsched.agents.ppo.candidate_env import CANDIDATES, GLOBAL_FEATURES, OBSERVER_FEATURES
+    from rlsched.agents.ppo.candidate_train import train_candidate_choice
+
+    choice = {"scenarios": [TINY, TWO_GPUS], "validation_seeds": [1_000_003], "prior_weight": 2.0, "paired_horizon": 3,
+              "observer": "daemon-tenants", "choose_at": "planner-moves", "expected_ppo": True, "branch_follow": "policy"}
+    run = train_candidate_choice(write_config(tmp_path / "c.yaml", candidate_choice=choice, total_timesteps=8, n_envs=2, eval_freq=8,
+                                              ppo={"n_steps": 2, "batch_size": 4, "n_epochs": 1}), tmp_path / "run")
+    warm = run / "warm_start.onnx"
+    model = onnx.load(str(warm))
+    assert {p.key: p.value for p in model.metadata_props}["observer"] == "daemon-tenants"
+    assert CandidatePpo(f"candidate-ppo:{warm}").observer_kind == "daemon-tenants"
+    assert model.graph.input[0].type.tensor_type.shape.dim[1].dim_value == CANDIDATES * len(OBSERVER_FEATURES["daemon-tenants"]) + len(GLOBAL_FEATURES)
+    for scenario in (TINY, TWO_GPUS):
+        learned = run_episode(GpuShareEnv(scenario), f"candidate-ppo:{warm}", seed=7)
+        planner = run_episode(GpuShareEnv(scenario), "queue-slo-offered", seed=7)
+        assert learned.configurations == planner.configurations and learned.goodput == planner.goodput
+    for prop in model.metadata_props:
+        if prop.key == "observer":
+            prop.value = "daemon"
+    onnx.save(model, str(tmp_path / "mislabelled.onnx"))
+    with pytest.raises(ConfigError, match=f"has {CANDIDATES * 16 + 3} features, this rlsched builds {CANDIDATES * 8 + 3}"):
+        CandidatePpo(f"candidate-ppo:{tmp_path / 'mislabelled.onnx'}")
+
+
 def test_expected_ppo_trains_on_the_simulator_choosing_at_the_planner_s_moves(tmp_path):
     """With ``choose_at: planner-moves`` and ``expected_ppo``, every PPO sample is a decision
     where the daemon planner moves, with every slot's paired advantage measured on the

@@ -314,7 +314,7 @@ def test_the_queue_slo_library_decides_first_as_its_planner_then_solves_only_new
             assert policy.last_plan.status == "library+milp" and len(milp_answers) == asked + 1
             milp = milp_answers[-1]
             assert (milp, None) in policy.library.pending
-            objective, _ = policy._objective([running, milp, decision], policy.planner.forecast(
+            objective, *_ = policy._objective([running, milp, decision], policy.planner.forecast(
                 [policy.taken_in[1]] * policy.lookahead, observed_load(env)[1]), running, observed_load(env)[2])
             assert objective[2] >= objective[1] - 1e-6 * abs(objective[1])
         observation, *_ = apply(env, decision)
@@ -589,3 +589,51 @@ def test_every_slot_s_advantage_is_its_paired_advantage_over_the_planner_s_choic
     assert reward == reward_plain
     with pytest.raises(ValueError, match="paired_horizon"):
         CandidateChoiceEnv(GpuShareEnv(TINY), action_advantages=True)
+
+
+def four_kinds_scenario(tmp_path: Path) -> str:
+    """The tiny node with a retraining job and a best-effort job added: every tenant kind of
+    :data:`~rlsched.agents.ppo.candidate_env.TENANT_KINDS` on one GPU, one minute long."""
+    import yaml
+
+    spec = yaml.safe_load(Path(TINY).read_text())
+    spec["tenants"] += [{"name": "retrain-resnet", "kind": "continual-learning", "serves": "resnet", "model": "resnet50", "restart_s": 10.0,
+                         "ekya": {"b0": 0.5, "b1": 2.0, "b2": 0.05}, "samples_per_unit": 3000, "drift_window_s": 120},
+                        {"name": "tune-bert", "kind": "best-effort", "model": "bert-base", "restart_s": 8.0}]
+    spec.pop("reference")
+    path = tmp_path / "four-kinds.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_the_daemon_tenants_observer_adds_each_slot_per_tenant_kind_to_what_the_daemon_observer_sees(tmp_path):
+    """Through ``daemon-tenants`` a slot's row is the ``daemon`` observer's, then per tenant kind
+    its gain (summing to the slot's gain: the daemon objective apart by tenant) and the share
+    of that kind's tenants it moves; on a node with every kind, over a 6-interval episode."""
+    from rlsched.agents.ppo.candidate_env import DAEMON_CANDIDATE_FEATURES, FEATURE_LIMIT, OBSERVER_FEATURES, TENANT_KINDS, tenant_kind, tenant_moves
+
+    scenario = four_kinds_scenario(tmp_path)
+    kinds, plain = CandidateChoiceEnv(GpuShareEnv(scenario), observer="daemon-tenants"), CandidateChoiceEnv(GpuShareEnv(scenario), observer="daemon")
+    wide, narrow = len(OBSERVER_FEATURES["daemon-tenants"]), len(DAEMON_CANDIDATE_FEATURES)
+    assert kinds.observation_space.shape == (CANDIDATES * wide + len(GLOBAL_FEATURES),)
+    assert [tenant_kind(t) for t in kinds.env.scenario.tenants] == ["high", "inference", "retraining", "best_effort"]
+    seen, observed = (kinds.reset(seed=0)[0], plain.reset(seed=0)[0])
+    weighed = 0
+    done = False
+    while not done:
+        rows, narrow_rows = seen[: CANDIDATES * wide].reshape(CANDIDATES, wide), observed[: CANDIDATES * narrow].reshape(CANDIDATES, narrow)
+        assert np.array_equal(rows[:, :narrow], narrow_rows) and np.array_equal(seen[CANDIDATES * wide:], observed[CANDIDATES * narrow:])
+        offered = len(kinds.observer.candidates)
+        gains, moved = rows[:, narrow: narrow + len(TENANT_KINDS)], rows[:, narrow + len(TENANT_KINDS):]
+        gain = rows[:, DAEMON_CANDIDATE_FEATURES.index("gain")]
+        unclipped = (np.abs(gains) < FEATURE_LIMIT).all(axis=1) & (np.abs(gain) < FEATURE_LIMIT)
+        np.testing.assert_allclose(gains.sum(axis=1)[unclipped], gain[unclipped], rtol=1e-4, atol=1e-5)
+        assert not rows[0, narrow:].any() and not rows[offered:].any()  # keeping moves no one and gains nothing
+        names = [t.name for t in kinds.env.scenario.tenants]  # one per kind, in TENANT_KINDS' order
+        assert np.array_equal(moved[:offered], [[tenant_moves(c, kinds.env.current, n) for n in names] for c in kinds.observer.candidates])
+        weighed += int(unclipped[1:offered].sum())
+        slot = kinds.planner_choice()
+        assert plain.planner_choice() == slot
+        seen, _, _, done, _ = kinds.step(slot)
+        observed, *_ = plain.step(slot)
+    assert weighed >= 5  # slots whose sum was checked

@@ -7,6 +7,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlsched.envs.gpushare import GpuShareEnv
@@ -1471,6 +1472,13 @@ def test_valuing_at_several_forecasts_at_once_gives_the_numbers_of_one_forecast_
     together = planner.assess_forecasts(configurations, forecasts, current, {}, rate_cv)
     assert together == [planner.assess_many(configurations, windows, current, {}, rate_cv) for windows in forecasts]
     assert together[0] != together[2]
+    # Apart by tenant, the terms sum to the totals, every tenant (background jobs too) counted once.
+    by_tenant: list[dict[str, tuple[float, float, float]]] = []
+    assert planner.assess_many(configurations, forecasts[2], current, {}, rate_cv, by_tenant=by_tenant) == together[2]
+    assert [set(terms) for terms in by_tenant] == [{t.name for t in env.scenario.tenants}] * len(configurations)
+    for terms, totals in zip(by_tenant, together[2], strict=True):
+        assert np.sum(list(terms.values()), axis=0) == pytest.approx(totals, rel=1e-12, abs=1e-6)
+    assert any(terms[name][0] != 0.0 for terms in by_tenant for name in set(terms) - set(means))  # the jobs' own value
 
 
 def test_priority_fill_gis_valued_at_several_forecasts_at_once_give_the_numbers_of_one_forecast_at_a_time():

@@ -23,7 +23,7 @@ from rlsched.simulator.lookahead import HISTORY_INTERVALS, MIN_HISTORY_INTERVALS
 from rlsched.simulator.node import RATE_EWMA_WEIGHT
 from rlsched.simulator.queueing import sorted_log
 from rlsched.solver import TenantRequest
-from rlsched.solver.planner import VALUE_MODEL_ERROR, Plan, Planner, SloGuard
+from rlsched.solver.planner import VALUE_MODEL_ERROR, Plan, Planner, SloGuard, Terms
 
 #: Decision intervals the planner looks ahead (restarts are amortised over them).
 MIGRATOR_LOOKAHEAD = 3
@@ -796,9 +796,10 @@ class QueueSloLibrary(MigratorQueueSlo):
         self.library.seed(self.lookahead)
         self.report = {"library_seed_solves": self.library.solves, "planner_solves": 0}
         self.planned_first = False
-        #: The last decision's candidates (the running configuration first), their objective and
-        #: their (value, cost, hurdle) terms; None where the MILP decided (the node's first decision).
-        self.weighed: tuple[list[Configuration], np.ndarray, list[tuple[float, float, float]]] | None = None
+        #: The last decision's candidates (the running configuration first), their objective,
+        #: their (value, cost, hurdle) terms, and those terms per tenant; None where the MILP
+        #: decided (the node's first decision).
+        self.weighed: tuple[list[Configuration], np.ndarray, list[Terms], list[dict[str, Terms]]] | None = None
 
     def act(self, observation: np.ndarray, env: GpuShareEnv) -> Configuration:
         try:
@@ -825,8 +826,8 @@ class QueueSloLibrary(MigratorQueueSlo):
             return super()._decide(env, lookahead, rates, backlog, accuracy)
         started = time.perf_counter()
         candidates = self._candidates(env, current, lookahead, backlog, accuracy)
-        objective, assessed = self._objective(candidates, windows, current, accuracy)
-        self.weighed = (candidates, objective, assessed)
+        objective, assessed, by_tenant = self._objective(candidates, windows, current, accuracy)
+        self.weighed = (candidates, objective, assessed, by_tenant)
         self.library.mark_used(candidates, objective)
         best = int(np.argmax(objective))  # the running configuration on ties
         ms = (time.perf_counter() - started) * 1e3
@@ -843,7 +844,7 @@ class QueueSloLibrary(MigratorQueueSlo):
         self.report["planner_solves"] += 1
         self.library.add(milp.configuration)
         checked = [current, candidates[best], milp.configuration]
-        objective, assessed = self._objective(checked, windows, current, accuracy)
+        objective, assessed, _ = self._objective(checked, windows, current, accuracy)
         choice = int(np.argmax(objective))  # keeping, then the library's move, on ties
         value, cost, hurdle = assessed[choice]
         ms = (time.perf_counter() - started) * 1e3
@@ -861,12 +862,13 @@ class QueueSloLibrary(MigratorQueueSlo):
         return candidates
 
     def _objective(self, candidates: list[Configuration], windows: list[dict[str, float]], current: Configuration,
-                   accuracy: dict[str, float]) -> tuple[np.ndarray, list[tuple[float, float, float]]]:
+                   accuracy: dict[str, float]) -> tuple[np.ndarray, list[Terms], list[dict[str, Terms]]]:
         """The objective of each of ``candidates`` (the first: ``current``) at ``windows``
-        (:func:`move_objective`), and its (value, cost, hurdle) terms (``Planner.assess_many``,
-        exact)."""
-        assessed = self.planner.assess_many(candidates, windows, current, accuracy, self.spread)
-        return move_objective(assessed), assessed
+        (:func:`move_objective`), its (value, cost, hurdle) terms (``Planner.assess_many``,
+        exact), and those terms per tenant."""
+        by_tenant: list[dict[str, Terms]] = []
+        assessed = self.planner.assess_many(candidates, windows, current, accuracy, self.spread, by_tenant=by_tenant)
+        return move_objective(assessed), assessed, by_tenant
 
 
 class QueueSloOffered(QueueSloLibrary):

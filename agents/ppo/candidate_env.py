@@ -31,7 +31,7 @@ from rlsched.agents.candidates import CANDIDATES, BurstForecast, CandidateLibrar
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.solver.planner import Planner
-from rlsched.workloads.tenants import Priority
+from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, Priority, Tenant
 
 #: Per candidate, in order. ``gain_*``: predicted objective minus keeping's, at the EWMA
 #: forecast (the planner's), at the last interval's rates and at the burst rates (the largest
@@ -50,10 +50,26 @@ GLOBAL_FEATURES: tuple[str, ...] = ("since_change", "burst_ratio", "slo_attainme
 #: were offered; ``cost``, ``hurdle``: the daemon objective's move cost and payback hurdle;
 #: ``rank``: by ``gain`` (0 best); ``moved``. Goodput terms are over the daemon planner's lookahead.
 DAEMON_CANDIDATE_FEATURES: tuple[str, ...] = ("keep", "gain", "gain_ewma", "gain_burst", "cost", "hurdle", "rank", "moved")
+#: The kinds of tenant a slot is described for, apart (:func:`tenant_kind`): high-priority
+#: inference, other inference, retraining (continual learning) and best-effort jobs.
+TENANT_KINDS: tuple[str, ...] = ("high", "inference", "retraining", "best_effort")
+#: Per candidate, after :data:`DAEMON_CANDIDATE_FEATURES`, for the ``daemon-tenants`` observer:
+#: per tenant kind, the daemon objective's gain over keeping summed over that kind's tenants
+#: (``gain_KIND``: their value, SLO guards' charges included, less their move's cost and hurdle;
+#: the kinds' gains sum to ``gain``), then the fraction of that kind's tenants the slot moves
+#: (``moved_KIND``; 0 where the node has none). Why: a whole-configuration gain says nothing of
+#: whom a move serves; stop 88's policy learned "keep GPU 0 as 4g + 3g", which paid where the
+#: planner's alternative was a whole-GPU instance and cost 21% where it was a split the traffic
+#: needed, and the two looked alike to it (docs/history-candidate-policy.md).
+TENANT_KIND_FEATURES: tuple[str, ...] = (*(f"gain_{k}" for k in TENANT_KINDS), *(f"moved_{k}" for k in TENANT_KINDS))
 #: What a candidate-choice policy observes through, and the per-candidate features it sees:
-#: ``plain`` (:class:`CandidateObserver`, the library planner's model) or ``daemon``
-#: (:class:`DaemonObserver`); a policy file names its own in its ``observer`` metadata (none: ``plain``).
-OBSERVER_FEATURES: dict[str, tuple[str, ...]] = {"plain": CANDIDATE_FEATURES, "daemon": DAEMON_CANDIDATE_FEATURES}
+#: ``plain`` (:class:`CandidateObserver`, the library planner's model), ``daemon``
+#: (:class:`DaemonObserver`) or ``daemon-tenants`` (:class:`DaemonObserver` describing each slot
+#: per tenant kind too); a policy file names its own in its ``observer`` metadata (none: ``plain``).
+OBSERVER_FEATURES: dict[str, tuple[str, ...]] = {"plain": CANDIDATE_FEATURES, "daemon": DAEMON_CANDIDATE_FEATURES,
+                                                 "daemon-tenants": DAEMON_CANDIDATE_FEATURES + TENANT_KIND_FEATURES}
+#: The observers that choose among the daemon planner's slots (:class:`DaemonObserver`).
+DAEMON_OBSERVERS: tuple[str, ...] = ("daemon", "daemon-tenants")
 OBSERVERS: tuple[str, ...] = tuple(OBSERVER_FEATURES)
 #: Where a candidate-choice policy chooses: at every decision, or only where the observer's
 #: planner moves (where it keeps, the mask holds its slot alone, so the policy keeps too).
@@ -73,6 +89,35 @@ SlotChooser = Callable[[np.ndarray, np.ndarray], int]
 #: once cost -0.23 over 60 intervals where keeping throughout cost -5.68
 #: (docs/history-candidate-policy.md, stop 87).
 BRANCH_FOLLOW: tuple[str, ...] = ("planner", "policy")
+
+
+def tenant_kind(tenant: Tenant) -> str:
+    """``tenant``'s kind (:data:`TENANT_KINDS`)."""
+    if isinstance(tenant, ContinualLearningJob):
+        return "retraining"
+    if isinstance(tenant, BestEffortJob):
+        return "best_effort"
+    return "high" if tenant.priority == Priority.HIGH else "inference"
+
+
+def tenant_kind_columns(tenants: list[Tenant], candidates: list[Configuration], by_tenant: list[Mapping[str, tuple[float, float, float]]],
+                        current: Configuration) -> np.ndarray:
+    """The :data:`TENANT_KIND_FEATURES` columns (one row per feature, one column per
+    candidate, the first the running configuration), Goodput terms unscaled: per kind the
+    objective's gain over keeping (a move's value less its cost and hurdle; keeping's value
+    alone, as :func:`~rlsched.agents.baselines.planners.move_objective` counts it), then the
+    fraction of the kind's tenants each candidate moves."""
+    kinds = {t.name: TENANT_KINDS.index(tenant_kind(t)) for t in tenants}
+    objective = np.zeros((len(TENANT_KINDS), len(candidates)))
+    for i, terms in enumerate(by_tenant):
+        for name, (value, cost, hurdle) in terms.items():
+            objective[kinds[name], i] += value if i == 0 else value - cost - hurdle
+    moved = np.zeros((len(TENANT_KINDS), len(candidates)))
+    counts = np.bincount(list(kinds.values()), minlength=len(TENANT_KINDS))
+    for i, config in enumerate(candidates):
+        for name, k in kinds.items():
+            moved[k, i] += tenant_moves(config, current, name)
+    return np.vstack([objective - objective[:, :1], moved / np.maximum(counts, 1)[:, None]])
 
 
 def planner_keeps(observer: CandidateObserver | DaemonObserver) -> bool:
@@ -114,12 +159,15 @@ def read_node(env: GpuShareEnv) -> tuple[dict[str, float], dict[str, float], dic
     return rates, backlog, accuracy, last, attainment
 
 
+def tenant_moves(config: Configuration, current: Configuration, name: str) -> bool:
+    """Whether ``config`` changes tenant ``name``'s GPU, GI, share or batch, or its GPU's layout, from ``current``."""
+    placement = current.placements[name]
+    return config.placements.get(name) != placement or config.layouts[placement.gpu_index] != current.layouts[placement.gpu_index]
+
+
 def moved_fraction(config: Configuration, current: Configuration) -> float:
-    """Fraction of tenants whose GPU, GI, share or batch differs from the running configuration (the ``moved`` feature)."""
-    names = list(current.placements)
-    changed = sum(config.placements.get(n) != current.placements[n] or
-                  config.layouts[current.placements[n].gpu_index] != current.layouts[current.placements[n].gpu_index] for n in names)
-    return changed / max(len(names), 1)
+    """Fraction of tenants :func:`tenant_moves` counts (the ``moved`` feature)."""
+    return sum(tenant_moves(config, current, n) for n in current.placements) / max(len(current.placements), 1)
 
 
 def candidate_observation(offered: list[int], gain_ewma: np.ndarray, gain_burst: np.ndarray, gain_last: np.ndarray, cost: np.ndarray,
@@ -273,15 +321,18 @@ class DaemonObserver:
 
     :param env: the node, already reset
     :param background_solves: the library solves new loads on a worker thread (the daemon)
+    :param by_tenant_kind: describe each slot per tenant kind too (:data:`TENANT_KIND_FEATURES`;
+        the ``daemon-tenants`` observer)
     """
 
     #: Where the policy chooses (:data:`CHOOSE_AT`; :func:`make_observer` sets it).
     choose_at = "every-decision"
 
-    def __init__(self, env: GpuShareEnv, background_solves: bool = False) -> None:
+    def __init__(self, env: GpuShareEnv, background_solves: bool = False, by_tenant_kind: bool = False) -> None:
         from rlsched.agents.baselines.planners import QueueSloOffered
 
         self.env = env
+        self.features = DAEMON_CANDIDATE_FEATURES + (TENANT_KIND_FEATURES if by_tenant_kind else ())
         self.policy = QueueSloOffered()
         self.policy.background_solves = background_solves
         self.policy.reset(env)
@@ -352,7 +403,8 @@ class DaemonObserver:
 
     def observe(self) -> np.ndarray:
         """Run ``queue-slo-offered``'s decision at the node's current state; the observation of
-        the slots it weighed (:data:`DAEMON_CANDIDATE_FEATURES`, then :data:`GLOBAL_FEATURES`)."""
+        the slots it weighed (:data:`DAEMON_CANDIDATE_FEATURES`, with ``by_tenant_kind``
+        :data:`TENANT_KIND_FEATURES`, then :data:`GLOBAL_FEATURES`)."""
         env = self.env
         current = env.current
         assert current is not None, "nothing deployed yet: apply first_configuration() first"
@@ -362,18 +414,22 @@ class DaemonObserver:
         burst = self.bursts.record(last)
         answer = self.policy.act(np.zeros(0), env)
         weighed = self.policy.weighed
-        columns = np.zeros((len(DAEMON_CANDIDATE_FEATURES), 1))
+        columns = np.zeros((len(self.features), 1))
         if weighed is None:  # the MILP decided (a node already running when rlsched took it): its answer alone
             self.candidates = [answer]
             columns[0, 0] = answer == current
         else:
-            self.candidates, objective, assessed = weighed
+            self.candidates, objective, assessed, by_tenant = weighed
             gain = objective - objective[0]
             cost, hurdle = (np.array([0.0] + [a[k] for a in assessed[1:]]) for k in (1, 2))  # keeping moves nothing
             ewma, burst_gain = self.policy.offered_plain_gains
             moved = [moved_fraction(c, current) for c in self.candidates]
             columns = np.vstack([np.arange(len(gain)) == 0, gain, ewma, burst_gain, cost, hurdle, slot_rank(gain), moved])
             columns[1:6] /= self.reward_scale * self.policy.lookahead
+            if len(self.features) > len(DAEMON_CANDIDATE_FEATURES):
+                kinds = tenant_kind_columns(env.scenario.tenants, self.candidates, by_tenant, current)
+                kinds[: len(TENANT_KINDS)] /= self.reward_scale * self.policy.lookahead
+                columns = np.vstack([columns, kinds])
         self.choice = self.candidates.index(answer)
         return pack_observation(columns.T, self.since_change, burst_ratio_feature(burst, rates), attainment)
 
@@ -383,7 +439,10 @@ def make_observer(kind: str, env: GpuShareEnv, library: CandidateLibrary | None 
     """The observer named ``kind`` (:data:`OBSERVERS`) for ``env``; ``library``: a plain
     observer's library to go on with (the daemon observer's belongs to its planner);
     ``choose_at``: where its policy chooses (:data:`CHOOSE_AT`)."""
-    observer = DaemonObserver(env, background_solves) if kind == "daemon" else CandidateObserver(env, library, background_solves)
+    if kind in DAEMON_OBSERVERS:
+        observer: CandidateObserver | DaemonObserver = DaemonObserver(env, background_solves, by_tenant_kind=kind == "daemon-tenants")
+    else:
+        observer = CandidateObserver(env, library, background_solves)
     observer.choose_at = choose_at
     return observer
 
@@ -518,7 +577,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         if policy is None:
             self.branch_choose = None
             return
-        if self.observer_kind != "daemon":
+        if self.observer_kind not in DAEMON_OBSERVERS:
             raise ValueError(f"branches that follow the policy need the daemon observer, not {self.observer_kind!r}")
 
         def choose(observation: np.ndarray, masks: np.ndarray) -> int:

@@ -20,7 +20,7 @@ import torch
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
-from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, GLOBAL_FEATURES, OBSERVER_FEATURES
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, DAEMON_OBSERVERS, GLOBAL_FEATURES, OBSERVER_FEATURES
 
 #: Initial weight of the planner's predicted gain in each score (a gain of 1% of the node's
 #: requests per lookahead then weighs 0.2 nats). The deterministic policy is the planner's
@@ -48,7 +48,7 @@ CANDIDATE_LAYOUT = ScorerLayout(CANDIDATES, CANDIDATE_FEATURES, GLOBAL_FEATURES,
 #: The layout of each observer (:data:`~rlsched.agents.ppo.candidate_env.OBSERVERS`); through the
 #: daemon observer the prior is the daemon planner objective's gain.
 CANDIDATE_LAYOUTS = {"plain": CANDIDATE_LAYOUT,
-                     "daemon": ScorerLayout(CANDIDATES, OBSERVER_FEATURES["daemon"], GLOBAL_FEATURES, "gain")}
+                     **{kind: ScorerLayout(CANDIDATES, OBSERVER_FEATURES[kind], GLOBAL_FEATURES, "gain") for kind in DAEMON_OBSERVERS}}
 
 
 class CandidateScorer(nn.Module):

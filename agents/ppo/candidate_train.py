@@ -73,7 +73,8 @@ class CandidateChoiceConfig:
     observer: str = "plain"
     """what the policy observes and chooses among (``plain``: the library planner's model and
     library, the warm start ``planner-library``; ``daemon``: the daemon planner's objective on
-    ``queue-slo-offered``'s offered slots, the warm start ``queue-slo-offered``; see
+    ``queue-slo-offered``'s offered slots, the warm start ``queue-slo-offered``;
+    ``daemon-tenants``: ``daemon`` with each slot described per tenant kind too; see
     :data:`~rlsched.agents.ppo.candidate_env.OBSERVERS`)"""
     choose_at: str = "every-decision"
     """where the policy chooses (:data:`~rlsched.agents.ppo.candidate_env.CHOOSE_AT`):
@@ -128,7 +129,7 @@ def is_candidate_config(path: str | Path) -> bool:
 def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     """Read and check a ``candidate-ppo`` training config (errors name the file, field and value)."""
     from rlsched.agents.experts import scenario_of
-    from rlsched.agents.ppo.candidate_env import BRANCH_FOLLOW, CHOOSE_AT, OBSERVERS
+    from rlsched.agents.ppo.candidate_env import BRANCH_FOLLOW, CHOOSE_AT, DAEMON_OBSERVERS, OBSERVERS
 
     path = Path(path)
     config: CandidateTrainConfig = _section(str(path), "", CandidateTrainConfig, read_yaml_config(path))
@@ -167,9 +168,9 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
                           f"the surrogate tabulates the plain observer only; set 0 with observer {choice.observer}")
     if choice.branch_follow not in BRANCH_FOLLOW:
         raise ConfigError(path, "candidate_choice.branch_follow", choice.branch_follow, f"expected one of {', '.join(BRANCH_FOLLOW)}")
-    if choice.branch_follow == "policy" and not (choice.expected_ppo and choice.observer == "daemon" and not choice.surrogate_episodes):
+    if choice.branch_follow == "policy" and not (choice.expected_ppo and choice.observer in DAEMON_OBSERVERS and not choice.surrogate_episodes):
         raise ConfigError(path, "candidate_choice.branch_follow", choice.branch_follow,
-                          "needs expected_ppo: true and observer daemon on the simulator (surrogate_episodes 0)")
+                          f"needs expected_ppo: true and observer {' or '.join(DAEMON_OBSERVERS)} on the simulator (surrogate_episodes 0)")
     if choice.choose_at not in CHOOSE_AT:
         raise ConfigError(path, "candidate_choice.choose_at", choice.choose_at, f"expected one of {', '.join(CHOOSE_AT)}")
     if choice.choose_at != "every-decision" and choice.surrogate_episodes:
@@ -397,6 +398,7 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
 
     from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, CHOOSE_AT_KEY, OBSERVER_KEY
     from rlsched.agents.onnx_policy import KIND_KEY
+    from rlsched.agents.ppo.candidate_env import DAEMON_OBSERVERS
     from rlsched.agents.ppo.candidate_policy import CANDIDATE_LAYOUTS
     from rlsched.agents.ppo.expected_ppo import ExpectedPPO
 
@@ -479,7 +481,7 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
     summary = {"train_seconds": seconds, "steps_per_s": (model.num_timesteps - resumed_at) / seconds, "resumed_at": resumed_at,
                "best_num_timesteps": steps, "curve": curve, "validation": record}
     write_text_atomically(run / "summary.json", json.dumps(summary, indent=2) + "\n")
-    warm_label = "warm start (queue-slo-offered)" if choice.observer == "daemon" else "warm start (the library planner)"
+    warm_label = "warm start (queue-slo-offered)" if choice.observer in DAEMON_OBSERVERS else "warm start (the library planner)"
     plot_curve(curve, planner, fixed_best, warm, run / "learning_curve.png", model.logger, policy_label="candidate-ppo (validation)",
                warm_label=warm_label, ylabel="Goodput summed over validation, x the warm start", summed=True)
     return run

@@ -150,6 +150,8 @@ SLO_GUARD_PENALTY = 10.0
 _QUANTILE_Z = np.array([NormalDist().inv_cdf((k + 0.5) / RATE_QUANTILE_POINTS) for k in range(RATE_QUANTILE_POINTS)])
 
 Rates = Mapping[str, float]
+#: A configuration's (or one tenant's) (value, reconfiguration cost, payback hurdle) under the planner's model (:meth:`Planner.assess_many`).
+Terms = tuple[float, float, float]
 #: Values computed once per rates and shared by the candidates of one choice
 #: (:meth:`Planner.configuration_values`): an MPS option's value, or a priority-fill GI's per member.
 OptionValues = dict[tuple, float | dict[str, float]]
@@ -1975,7 +1977,8 @@ class Planner:
 
     def assess_many(self, configurations: Sequence[Configuration], rates: Rates | Sequence[Rates], current: Configuration | None = None,
                     accuracy: Mapping[str, float] | None = None, rate_cv: Rates | None = None,
-                    options: OptionValues | None = None, placed: dict[tuple, PlacementTerms] | None = None) -> list[tuple[float, float, float]]:
+                    options: OptionValues | None = None, placed: dict[tuple, PlacementTerms] | None = None,
+                    by_tenant: list[dict[str, Terms]] | None = None) -> list[Terms]:
         """:meth:`assess` of each configuration from the same running one at the same rates
         (a choice among candidates): the running configuration's values are computed once,
         and an MPS option the candidates share is valued once.
@@ -1984,6 +1987,8 @@ class Planner:
         :param placed: the tenants' :class:`PlacementTerms` found so far from the same running
             configuration, by (tenant, placement, co-runner count, windows), filled in as they
             are found (:meth:`assess_forecasts` shares them between its forecasts)
+        :param by_tenant: given, each configuration's (value, cost, hurdle) terms per tenant are
+            appended to it, one dict per configuration (they sum to the returned totals)
         """
         windows = [rates] if isinstance(rates, Mapping) else list(rates)
         accuracy = dict(accuracy or {})
@@ -2002,6 +2007,7 @@ class Planner:
             values = self.configuration_values(configuration, windows, accuracy, rate_cv, options)
             placements = configuration.placement_keys
             value = cost = hurdle = 0.0
+            tenants: dict[str, Terms] = {}
             for t in self.scenario.tenants:
                 name = t.name
                 placement = placements[name]
@@ -2023,5 +2029,8 @@ class Planner:
                 value += v
                 cost += c
                 hurdle += h
+                tenants[name] = (v, c, h)
             results.append((value, cost, hurdle))
+            if by_tenant is not None:
+                by_tenant.append(tenants)
         return results
