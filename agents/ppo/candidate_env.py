@@ -30,7 +30,7 @@ from rlsched.agents.baselines.planners import MIGRATOR_LOOKAHEAD
 from rlsched.agents.candidates import CANDIDATES, BurstForecast, CandidateLibrary, ScoredCandidates, offer_slots
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
-from rlsched.solver.planner import Planner
+from rlsched.solver.planner import Planner, Terms
 from rlsched.workloads.tenants import BestEffortJob, ContinualLearningJob, Priority, Tenant
 
 #: Per candidate, in order. ``gain_*``: predicted objective minus keeping's, at the EWMA
@@ -100,7 +100,7 @@ def tenant_kind(tenant: Tenant) -> str:
     return "high" if tenant.priority == Priority.HIGH else "inference"
 
 
-def tenant_kind_columns(tenants: list[Tenant], candidates: list[Configuration], by_tenant: list[Mapping[str, tuple[float, float, float]]],
+def tenant_kind_columns(tenants: list[Tenant], candidates: list[Configuration], by_tenant: list[Mapping[str, Terms]],
                         current: Configuration) -> np.ndarray:
     """The :data:`TENANT_KIND_FEATURES` columns (one row per feature, one column per
     candidate, the first the running configuration), Goodput terms unscaled: per kind the
