@@ -58,9 +58,10 @@ TENANT_KINDS: tuple[str, ...] = ("high", "inference", "retraining", "best_effort
 #: (``gain_KIND``: their value, SLO guards' charges included, less their move's cost and hurdle;
 #: the kinds' gains sum to ``gain``), then the fraction of that kind's tenants the slot moves
 #: (``moved_KIND``; 0 where the node has none). Why: a whole-configuration gain says nothing of
-#: whom a move serves; stop 88's policy learned "keep GPU 0 as 4g + 3g", which paid where the
-#: planner's alternative was a whole-GPU instance and cost 21% where it was a split the traffic
-#: needed, and the two looked alike to it (docs/history-candidate-policy.md).
+#: whom a move serves. On heldout-retrain (seed 2) a file trained without these and one trained
+#: with them held the same GPU layouts and differed in where the high-priority tenant sat:
+#: 0.79x and 1.05x the warm start; held out, the second added 3.0% over its warm start at every
+#: seed (docs/history-candidate-policy.md, stops 88-89; one training run each).
 TENANT_KIND_FEATURES: tuple[str, ...] = (*(f"gain_{k}" for k in TENANT_KINDS), *(f"moved_{k}" for k in TENANT_KINDS))
 #: What a candidate-choice policy observes through, and the per-candidate features it sees:
 #: ``plain`` (:class:`CandidateObserver`, the library planner's model), ``daemon``
