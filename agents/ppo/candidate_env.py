@@ -60,8 +60,9 @@ TENANT_KINDS: tuple[str, ...] = ("high", "inference", "retraining", "best_effort
 #: (``moved_KIND``; 0 where the node has none). Why: a whole-configuration gain says nothing of
 #: whom a move serves. On heldout-retrain (seed 2) a file trained without these and one trained
 #: with them held the same GPU layouts and differed in where the high-priority tenant sat:
-#: 0.79x and 1.05x the warm start; held out, the second added 3.0% over its warm start at every
-#: seed (docs/history-candidate-policy.md, stops 88-89; one training run each).
+#: 0.79x and 1.05x the warm start. Held out, the second added 3.0% over its warm start at every
+#: seed; at eight seeds of heldout-retrain the two files were not distinguishable (one training
+#: run each; docs/history-candidate-policy.md, stops 88-89).
 TENANT_KIND_FEATURES: tuple[str, ...] = (*(f"gain_{k}" for k in TENANT_KINDS), *(f"moved_{k}" for k in TENANT_KINDS))
 #: What a candidate-choice policy observes through, and the per-candidate features it sees:
 #: ``plain`` (:class:`CandidateObserver`, the library planner's model), ``daemon``
