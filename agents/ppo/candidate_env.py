@@ -334,6 +334,7 @@ class DaemonObserver:
         from rlsched.agents.baselines.planners import QueueSloOffered
 
         self.env = env
+        self.by_tenant_kind = by_tenant_kind
         self.features = DAEMON_CANDIDATE_FEATURES + (TENANT_KIND_FEATURES if by_tenant_kind else ())
         self.policy = QueueSloOffered()
         self.policy.background_solves = background_solves
@@ -428,7 +429,7 @@ class DaemonObserver:
             moved = [moved_fraction(c, current) for c in self.candidates]
             columns = np.vstack([np.arange(len(gain)) == 0, gain, ewma, burst_gain, cost, hurdle, slot_rank(gain), moved])
             columns[1:6] /= self.reward_scale * self.policy.lookahead
-            if len(self.features) > len(DAEMON_CANDIDATE_FEATURES):
+            if self.by_tenant_kind:
                 kinds = tenant_kind_columns(env.scenario.tenants, self.candidates, by_tenant, current)
                 kinds[: len(TENANT_KINDS)] /= self.reward_scale * self.policy.lookahead
                 columns = np.vstack([columns, kinds])
