@@ -14,7 +14,9 @@ A file whose ``observer`` metadata is ``daemon`` observes through
 ``queue-slo-offered`` weighs, described by the daemon planner's objective (a first decision on
 a node already running is that planner's MILP). A file whose ``choose_at`` metadata is
 ``planner-moves`` chooses only where the observer's planner moves; where it keeps, so does
-the file.
+the file. A daemon-observer file whose ``high_priority_guard`` metadata is ``true`` chooses
+only among the slots the daemon objective rates as good for the high-priority tenants as the
+planner's choice.
 
 No simulation and no MILP solve runs on the decision path: a load the library has no solution
 for asks the planner for one, which joins the library at a later decision. In ``rlsched
@@ -36,7 +38,7 @@ import numpy as np
 from rlsched.agents.baselines.base import Policy
 from rlsched.agents.candidates import CandidateLibrary
 from rlsched.agents.onnx_policy import open_choice_policy
-from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, CHOOSE_AT, GLOBAL_FEATURES, OBSERVER_FEATURES, OBSERVERS, make_observer
+from rlsched.agents.ppo.candidate_env import CANDIDATE_FEATURES, CANDIDATES, CHOOSE_AT, DAEMON_OBSERVERS, GLOBAL_FEATURES, OBSERVER_FEATURES, OBSERVERS, make_observer
 from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
@@ -49,6 +51,9 @@ STEPS_KEY = "num_timesteps"
 OBSERVER_KEY = "observer"
 #: Metadata key of where the file's network chooses (:data:`~rlsched.agents.ppo.candidate_env.CHOOSE_AT`; none: every decision).
 CHOOSE_AT_KEY = "choose_at"
+#: Metadata key of whether a daemon-observer file chooses under the high-priority guard
+#: (:class:`~rlsched.agents.ppo.candidate_env.DaemonObserver`; JSON ``true``/``false``, none: ``false``).
+GUARD_KEY = "high_priority_guard"
 #: The shipped candidate-choice policy (``candidate-ppo`` alone; its model card is the README beside it).
 SHIPPED_CANDIDATE_POLICY = Path(__file__).parent / "policies" / "candidate" / "policy.onnx"
 
@@ -85,9 +90,14 @@ class CandidatePpo(Policy):
         self.choose_at = meta.get(CHOOSE_AT_KEY, "every-decision")
         if self.choose_at not in CHOOSE_AT:
             raise ConfigError(self.path, CHOOSE_AT_KEY, self.choose_at, f"expected one of {', '.join(CHOOSE_AT)}")
+        guard = meta.get(GUARD_KEY, "false")
+        if guard not in ("true", "false") or (guard == "true" and self.observer_kind not in DAEMON_OBSERVERS):
+            raise ConfigError(self.path, GUARD_KEY, guard, f"expected true or false (true only with observer {' or '.join(DAEMON_OBSERVERS)})")
+        self.high_priority_guard = guard == "true"
 
     def reset(self, env: GpuShareEnv) -> None:
-        self.observer = make_observer(self.observer_kind, env, background_solves=self.background_solves, choose_at=self.choose_at)
+        self.observer = make_observer(self.observer_kind, env, background_solves=self.background_solves, choose_at=self.choose_at,
+                                     high_priority_guard=self.high_priority_guard)
         self.report = {"planner_disagreements": 0, "library_solves": self.observer.library.solves,
                        "library_solve_ms": self.observer.library.solve_ms, "ppo_steps": self.num_timesteps}
 

@@ -141,7 +141,7 @@ def test_a_file_that_sees_each_slot_per_tenant_kind_starts_as_queue_slo_offered_
     """Trained through ``daemon-tenants`` (with branch_follow: policy, over two rollouts), a
     file records that observer, reads the wider observation, and before any update chooses what
     ``queue-slo-offered`` applies; a file whose metadata names an observer of another width is
-    refused with both widths."""
+    refused with both widths, and one whose high-priority guard is not true or false is refused too."""
     import onnx
 
     from rlsched.agents.candidate_ppo import CandidatePpo
@@ -167,6 +167,18 @@ def test_a_file_that_sees_each_slot_per_tenant_kind_starts_as_queue_slo_offered_
     onnx.save(model, str(tmp_path / "mislabelled.onnx"))
     with pytest.raises(ConfigError, match=f"has {CANDIDATES * 16 + 3} features, this rlsched builds {CANDIDATES * 8 + 3}"):
         CandidatePpo(f"candidate-ppo:{tmp_path / 'mislabelled.onnx'}")
+    # The high-priority guard is the file's to say: true or false, and only through a daemon observer.
+    for guard, refused in (("true", False), ("yes", True)):
+        stamped = onnx.load(str(warm))
+        stamped.metadata_props.add(key="high_priority_guard", value=guard)
+        onnx.save(stamped, str(tmp_path / "stamped.onnx"))
+        if refused:
+            with pytest.raises(ConfigError, match=f"high_priority_guard.*{guard}"):
+                CandidatePpo(f"candidate-ppo:{tmp_path / 'stamped.onnx'}")
+        else:
+            guarded = CandidatePpo(f"candidate-ppo:{tmp_path / 'stamped.onnx'}")
+            guarded.reset(GpuShareEnv(TINY))
+            assert guarded.observer.high_priority_guard
 
 
 def test_expected_ppo_trains_on_the_simulator_choosing_at_the_planner_s_moves(tmp_path):
@@ -351,6 +363,19 @@ def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, fiel
         load_candidate_config(path)
     assert field in str(error.value)
     assert "bad.yaml" in str(error.value) or field == "no-such-scenario"
+
+
+def test_a_plain_observer_file_cannot_ask_for_the_high_priority_guard(tmp_path, run):
+    """The guard reads the daemon objective's per-tenant gains, which the plain observer does not weigh."""
+    import onnx
+
+    from rlsched.agents.candidate_ppo import CandidatePpo
+
+    stamped = onnx.load(str(run / "policy.onnx"))
+    stamped.metadata_props.add(key="high_priority_guard", value="true")
+    onnx.save(stamped, str(tmp_path / "stamped.onnx"))
+    with pytest.raises(ConfigError, match="high_priority_guard.*true only with observer daemon"):
+        CandidatePpo(f"candidate-ppo:{tmp_path / 'stamped.onnx'}")
 
 
 @pytest.mark.parametrize("scenario", [TINY, TWO_GPUS])

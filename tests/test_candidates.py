@@ -637,3 +637,33 @@ def test_the_daemon_tenants_observer_adds_each_slot_per_tenant_kind_to_what_the_
         seen, _, _, done, _ = kinds.step(slot)
         observed, *_ = plain.step(slot)
     assert weighed >= 5  # slots whose sum was checked
+
+
+def test_the_high_priority_guard_offers_only_slots_as_good_for_the_high_priority_tenants_as_the_planner_s():
+    """Under the guard a daemon observer's policy may choose an offered slot only if its
+    ``gain_high`` (the feature ``daemon-tenants`` shows) is at least the planner's choice's:
+    the planner's slot always, slots that restart the high-priority tenant where the planner
+    does not, never. Without the guard every offered slot stays open. On ``default``, where the
+    planner keeps resnet and many slots move it."""
+    from rlsched.agents.ppo.candidate_env import DAEMON_CANDIDATE_FEATURES, OBSERVER_FEATURES
+
+    guarded, open_ = (CandidateChoiceEnv(GpuShareEnv("default"), observer="daemon-tenants") for _ in range(2))
+    column = len(DAEMON_CANDIDATE_FEATURES)  # gain_high, the first per-kind feature
+    width = len(OBSERVER_FEATURES["daemon-tenants"])
+    seen, _ = guarded.reset(seed=0)
+    open_.reset(seed=0)
+    guarded.observer.high_priority_guard = True
+    closed = kept_open = 0
+    for _ in range(8):
+        offered = len(guarded.observer.candidates)
+        gain_high = seen[: CANDIDATES * width].reshape(CANDIDATES, width)[:offered, column]
+        slot = guarded.planner_choice()
+        masks = guarded.action_masks()
+        assert masks[slot] and not masks[offered:].any()
+        assert np.array_equal(masks[:offered], gain_high >= gain_high[slot] - 1e-6)
+        assert np.array_equal(open_.action_masks(), np.arange(CANDIDATES) < offered)
+        closed += offered - int(masks.sum())
+        kept_open += int(masks.sum()) - 1
+        seen, *_ = guarded.step(slot)
+        open_.step(slot)
+    assert closed > 0 and kept_open > 0  # the guard closed some slots and left others beside the planner's

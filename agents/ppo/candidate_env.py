@@ -129,12 +129,24 @@ def planner_keeps(observer: CandidateObserver | DaemonObserver) -> bool:
 
 def choice_masks(observer: CandidateObserver | DaemonObserver, offered: int) -> np.ndarray:
     """The slots ``observer``'s policy may choose: the ``offered`` ones, or, where it chooses
-    only at the planner's moves (:data:`CHOOSE_AT`) and the planner keeps, the planner's alone."""
+    only at the planner's moves (:data:`CHOOSE_AT`) and the planner keeps, the planner's alone.
+    With a daemon observer's high-priority guard (:attr:`DaemonObserver.high_priority_guard`),
+    only the offered slots that the daemon objective rates as good for the high-priority
+    tenants as the planner's choice."""
+    planner = observer.planner_choice()
     if observer.choose_at == "planner-moves" and planner_keeps(observer):
-        return np.arange(CANDIDATES) == observer.planner_choice()
-    return np.arange(CANDIDATES) < offered
+        return np.arange(CANDIDATES) == planner
+    masks = np.arange(CANDIDATES) < offered
+    if isinstance(observer, DaemonObserver) and observer.high_priority_guard and observer.gain_high is not None:
+        gain_high = observer.gain_high
+        masks[: len(gain_high)] &= gain_high >= gain_high[planner] - HIGH_PRIORITY_GUARD_TOLERANCE
+    return masks
 
 
+#: How far below the planner's choice a slot's ``gain_high`` (in the observation's units: the
+#: node's requests over the daemon planner's lookahead) may fall under the high-priority guard:
+#: float rounding only.
+HIGH_PRIORITY_GUARD_TOLERANCE = 1e-9
 #: Intervals after which "since the last change" reads 1.
 SINCE_CHANGE_SCALE = 30.0
 #: Every feature is clipped to [-FEATURE_LIMIT, FEATURE_LIMIT].
@@ -325,16 +337,25 @@ class DaemonObserver:
     :param background_solves: the library solves new loads on a worker thread (the daemon)
     :param by_tenant_kind: describe each slot per tenant kind too (:data:`TENANT_KIND_FEATURES`;
         the ``daemon-tenants`` observer)
+    :param high_priority_guard: offer the policy only the slots whose gain for the
+        high-priority tenants (``gain_high``) is at least the planner's choice's
+        (:func:`choice_masks`): a policy may trade the other tenants' Goodput among themselves,
+        never the high-priority tenants' predicted value (SLO guard's charges included) for it
     """
 
     #: Where the policy chooses (:data:`CHOOSE_AT`; :func:`make_observer` sets it).
     choose_at = "every-decision"
 
-    def __init__(self, env: GpuShareEnv, background_solves: bool = False, by_tenant_kind: bool = False) -> None:
+    def __init__(self, env: GpuShareEnv, background_solves: bool = False, by_tenant_kind: bool = False,
+                 high_priority_guard: bool = False) -> None:
         from rlsched.agents.baselines.planners import QueueSloOffered
 
         self.env = env
         self.by_tenant_kind = by_tenant_kind
+        self.high_priority_guard = high_priority_guard
+        #: Per weighed slot, the high-priority tenants' share of ``gain`` (``gain_high``), in the
+        #: observation's units; None where the MILP decided or no slot has been weighed.
+        self.gain_high: np.ndarray | None = None
         self.features = DAEMON_CANDIDATE_FEATURES + (TENANT_KIND_FEATURES if by_tenant_kind else ())
         self.policy = QueueSloOffered()
         self.policy.background_solves = background_solves
@@ -418,6 +439,7 @@ class DaemonObserver:
         answer = self.policy.act(np.zeros(0), env)
         weighed = self.policy.weighed
         columns = np.zeros((len(self.features), 1))
+        self.gain_high = None
         if weighed is None:  # the MILP decided (a node already running when rlsched took it): its answer alone
             self.candidates = [answer]
             columns[0, 0] = answer == current
@@ -429,22 +451,29 @@ class DaemonObserver:
             moved = [moved_fraction(c, current) for c in self.candidates]
             columns = np.vstack([np.arange(len(gain)) == 0, gain, ewma, burst_gain, cost, hurdle, slot_rank(gain), moved])
             columns[1:6] /= self.reward_scale * self.policy.lookahead
-            if self.by_tenant_kind:
+            if self.by_tenant_kind or self.high_priority_guard:
                 kinds = tenant_kind_columns(env.scenario.tenants, self.candidates, by_tenant, current)
                 kinds[: len(TENANT_KINDS)] /= self.reward_scale * self.policy.lookahead
-                columns = np.vstack([columns, kinds])
+                self.gain_high = kinds[TENANT_KINDS.index("high")]
+                if self.by_tenant_kind:
+                    columns = np.vstack([columns, kinds])
         self.choice = self.candidates.index(answer)
         return pack_observation(columns.T, self.since_change, burst_ratio_feature(burst, rates), attainment)
 
 
 def make_observer(kind: str, env: GpuShareEnv, library: CandidateLibrary | None = None,
-                  background_solves: bool = False, choose_at: str = "every-decision") -> CandidateObserver | DaemonObserver:
+                  background_solves: bool = False, choose_at: str = "every-decision",
+                  high_priority_guard: bool = False) -> CandidateObserver | DaemonObserver:
     """The observer named ``kind`` (:data:`OBSERVERS`) for ``env``; ``library``: a plain
     observer's library to go on with (the daemon observer's belongs to its planner);
-    ``choose_at``: where its policy chooses (:data:`CHOOSE_AT`)."""
+    ``choose_at``: where its policy chooses (:data:`CHOOSE_AT`); ``high_priority_guard``: a
+    daemon observer's guard (:class:`DaemonObserver`; the plain observer has none)."""
     if kind in DAEMON_OBSERVERS:
-        observer: CandidateObserver | DaemonObserver = DaemonObserver(env, background_solves, by_tenant_kind=kind == "daemon-tenants")
+        observer: CandidateObserver | DaemonObserver = DaemonObserver(env, background_solves, by_tenant_kind=kind == "daemon-tenants",
+                                                                      high_priority_guard=high_priority_guard)
     else:
+        if high_priority_guard:
+            raise ValueError(f"the high-priority guard needs a daemon observer ({', '.join(DAEMON_OBSERVERS)}), not {kind!r}")
         observer = CandidateObserver(env, library, background_solves)
     observer.choose_at = choose_at
     return observer
