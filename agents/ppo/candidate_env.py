@@ -503,14 +503,18 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     :param action_advantages: every step also measures every offered slot's paired advantage
         over the observer planner's choice (:meth:`slot_advantages`, in
         ``info[ACTION_ADVANTAGES_KEY]``); needs ``paired_horizon`` > 0
+    :param high_priority_guard: the daemon observer's high-priority guard (:class:`DaemonObserver`)
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, env: GpuShareEnv, keep_library: bool = False, paired_horizon: int = 0, observer: str = "plain",
-                 choose_at: str = "every-decision", choices_only: bool = False, action_advantages: bool = False) -> None:
+                 choose_at: str = "every-decision", choices_only: bool = False, action_advantages: bool = False,
+                 high_priority_guard: bool = False) -> None:
         if observer not in OBSERVERS:
             raise ValueError(f"observer {observer!r}: expected one of {OBSERVERS}")
+        if high_priority_guard and observer not in DAEMON_OBSERVERS:
+            raise ValueError(f"the high-priority guard needs a daemon observer ({', '.join(DAEMON_OBSERVERS)}), not {observer!r}")
         if choose_at not in CHOOSE_AT:
             raise ValueError(f"choose_at {choose_at!r}: expected one of {CHOOSE_AT}")
         if action_advantages and paired_horizon <= 0:
@@ -525,6 +529,7 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self.keep_library = keep_library
         self.paired_horizon = paired_horizon
         self.observer_kind = observer
+        self.high_priority_guard = high_priority_guard
         self.observer: CandidateObserver | DaemonObserver | None = None
         #: (terminated, truncated) where the episode ended before its first choice (``choices_only``)
         self.ended_before_a_choice = (False, False)
@@ -552,7 +557,8 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self.env.reset(seed=seed, options=options)
-        self.observer = make_observer(self.observer_kind, self.env, self.library if self.keep_library else None, choose_at=self.choose_at)
+        self.observer = make_observer(self.observer_kind, self.env, self.library if self.keep_library else None, choose_at=self.choose_at,
+                                      high_priority_guard=self.high_priority_guard)
         if self.env.current is None:  # nothing deployed yet: the planner's first configuration
             self.env.step_configuration(self.observer.first_configuration())
         observation = self.observer.observe()

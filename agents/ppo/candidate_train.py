@@ -100,6 +100,11 @@ class CandidateChoiceConfig:
     slot's advantage prices a departure as the policy would repeat it, and advantages replayed
     from earlier rollouts (``advantage_replay``) are those earlier policies'. Needs
     ``expected_ppo`` on the simulator with the daemon observer."""
+    high_priority_guard: bool = False
+    """with a daemon observer: the policy may choose only the slots the daemon objective rates
+    as good for the high-priority tenants as the planner's choice
+    (:class:`~rlsched.agents.ppo.candidate_env.DaemonObserver`), in training, validation and
+    deployment alike (the file's ``high_priority_guard`` metadata)"""
     choice_validation_seeds: tuple[int, ...] = ()
     """seeds (each at or above :data:`TRAINING_SEED_RANGE`) of one warm-start episode per
     training scenario whose choices (the planner's moves) are recorded once, with every offered
@@ -171,6 +176,9 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     if choice.branch_follow == "policy" and not (choice.expected_ppo and choice.observer in DAEMON_OBSERVERS and not choice.surrogate_episodes):
         raise ConfigError(path, "candidate_choice.branch_follow", choice.branch_follow,
                           f"needs expected_ppo: true and observer {' or '.join(DAEMON_OBSERVERS)} on the simulator (surrogate_episodes 0)")
+    if choice.high_priority_guard and choice.observer not in DAEMON_OBSERVERS:
+        raise ConfigError(path, "candidate_choice.high_priority_guard", choice.high_priority_guard,
+                          f"needs observer {' or '.join(DAEMON_OBSERVERS)}, not {choice.observer}")
     if choice.choose_at not in CHOOSE_AT:
         raise ConfigError(path, "candidate_choice.choose_at", choice.choose_at, f"expected one of {', '.join(CHOOSE_AT)}")
     if choice.choose_at != "every-decision" and choice.surrogate_episodes:
@@ -190,7 +198,7 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
     metadata = {"render_modes": []}
 
     def __init__(self, specs: tuple[str, ...], paired_horizon: int = 0, observer: str = "plain", choose_at: str = "every-decision",
-                 action_advantages: bool = False) -> None:
+                 action_advantages: bool = False, high_priority_guard: bool = False) -> None:
         from rlsched.agents.experts import scenario_of
         from rlsched.agents.ppo.candidate_env import ACTION_ADVANTAGES_KEY, CandidateChoiceEnv
         from rlsched.envs.gpushare import GpuShareEnv
@@ -201,7 +209,8 @@ class ScenarioMixEnv(gym.Env[np.ndarray, np.int64]):
         # without one would fill a rollout with samples PPO cannot learn from.
         self.envs = [CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), keep_library=True,
                                         paired_horizon=paired_horizon, observer=observer, choose_at=choose_at,
-                                        choices_only=choose_at == "planner-moves", action_advantages=action_advantages)
+                                        choices_only=choose_at == "planner-moves", action_advantages=action_advantages,
+                                        high_priority_guard=high_priority_guard)
                      for spec in specs]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
@@ -246,10 +255,11 @@ class BranchPolicySync(BaseCallback):
 
 
 def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: str, progress: bool, observer: str = "plain",
-             choose_at: str = "every-decision") -> np.ndarray:
+             choose_at: str = "every-decision", high_priority_guard: bool = False) -> np.ndarray:
     """Goodput of each validation episode (scenario x seed, request-equivalents) choosing with
     ``choose(env, observation) -> slot`` on the request-level simulator, each from the seed
-    library, observing through ``observer``, choosing where ``choose_at`` says."""
+    library, observing through ``observer``, choosing where ``choose_at`` says (under the
+    ``high_priority_guard``)."""
     from tqdm import tqdm
 
     from rlsched.agents.experts import scenario_of
@@ -258,7 +268,8 @@ def validate(specs: tuple[str, ...], seeds: tuple[int, ...], choose: Any, desc: 
 
     earned = []
     for spec, seed in tqdm([(s, k) for s in specs for k in seeds], desc=desc, unit="episode", disable=not progress, leave=False):
-        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), observer=observer, choose_at=choose_at)
+        env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), observer=observer, choose_at=choose_at,
+                                 high_priority_guard=high_priority_guard)
         observation, _ = env.reset(seed=seed)
         truncated = terminated = False
         while not (truncated or terminated):
@@ -284,15 +295,15 @@ def reference_goodput(specs: tuple[str, ...], seeds: tuple[int, ...], policy: st
 CHOICES_FILE = "choice_validation.npz"
 
 
-def _record_choices_one(job: tuple[str, int, str, int]) -> dict[str, np.ndarray]:
-    """One warm-start episode's choices (a worker process's job): (scenario spec, seed, observer, paired horizon)."""
+def _record_choices_one(job: tuple[str, int, str, int, bool]) -> dict[str, np.ndarray]:
+    """One warm-start episode's choices (a worker process's job): (scenario spec, seed, observer, paired horizon, high-priority guard)."""
     from rlsched.agents.experts import scenario_of
     from rlsched.agents.ppo.candidate_env import ACTION_ADVANTAGES_KEY, CANDIDATES, CandidateChoiceEnv
     from rlsched.envs.gpushare import GpuShareEnv
 
-    spec, seed, observer, horizon = job
+    spec, seed, observer, horizon, guard = job
     env = CandidateChoiceEnv(GpuShareEnv(scenario_of(spec, "candidate_choice.scenarios")), paired_horizon=horizon, observer=observer,
-                             choose_at="planner-moves", choices_only=True, action_advantages=True)
+                             choose_at="planner-moves", choices_only=True, action_advantages=True, high_priority_guard=guard)
     observation, _ = env.reset(seed=seed)
     rows: dict[str, list[np.ndarray]] = {"observations": [], "masks": [], "advantages": [], "planner": []}
     done = any(env.ended_before_a_choice)
@@ -309,7 +320,7 @@ def _record_choices_one(job: tuple[str, int, str, int]) -> dict[str, np.ndarray]
 
 
 def record_choices(specs: tuple[str, ...], seeds: tuple[int, ...], observer: str, paired_horizon: int, path: Path,
-                   progress: bool) -> dict[str, np.ndarray]:
+                   progress: bool, high_priority_guard: bool = False) -> dict[str, np.ndarray]:
     """The choices of warm-start episodes (the observer's planner choosing throughout) on each
     scenario in ``specs`` at each of ``seeds``: at each of the planner's moves the observation,
     the masks, the planner's slot and every offered slot's paired advantage over it on
@@ -326,7 +337,7 @@ def record_choices(specs: tuple[str, ...], seeds: tuple[int, ...], observer: str
     if path.exists():
         with np.load(path) as stored:
             return dict(stored)
-    jobs = [(spec, seed, observer, paired_horizon) for spec in specs for seed in seeds]
+    jobs = [(spec, seed, observer, paired_horizon, high_priority_guard) for spec in specs for seed in seeds]
     with ProcessPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(jobs)))) as pool:
         parts = list(tqdm(pool.map(_record_choices_one, jobs), total=len(jobs), desc="recording validation choices", unit="episode",
                           disable=not progress))
@@ -396,7 +407,7 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, CHOOSE_AT_KEY, OBSERVER_KEY
+    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, CHOOSE_AT_KEY, GUARD_KEY, OBSERVER_KEY
     from rlsched.agents.onnx_policy import KIND_KEY
     from rlsched.agents.ppo.candidate_env import DAEMON_OBSERVERS
     from rlsched.agents.ppo.candidate_policy import CANDIDATE_LAYOUTS
@@ -426,7 +437,8 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
         # loop on two shared cores cut training from 1,650 to under 100 steps/s (measured).
         torch.set_num_threads(1)
     else:
-        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer, choice.choose_at, choice.expected_ppo))
+        factories = [lambda: Monitor(ScenarioMixEnv(specs, choice.paired_horizon, choice.observer, choice.choose_at, choice.expected_ppo,
+                                                      choice.high_priority_guard))
                      for _ in range(config.n_envs)]
         venv = SubprocVecEnv(factories) if config.n_envs > 1 else DummyVecEnv(factories)
     if resume:
@@ -438,17 +450,19 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
                              expected=choice.expected_ppo, advantage_replay=choice.advantage_replay)
     resumed_at = model.num_timesteps
     venv.seed(config.seed + resumed_at)
-    choices = (record_choices(specs, choice.choice_validation_seeds, choice.observer, choice.paired_horizon, run / CHOICES_FILE, progress)
+    choices = (record_choices(specs, choice.choice_validation_seeds, choice.observer, choice.paired_horizon, run / CHOICES_FILE, progress,
+                              choice.high_priority_guard)
                if choice.choice_validation_seeds else None)
     metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs)),
-                OBSERVER_KEY: choice.observer, CHOOSE_AT_KEY: choice.choose_at}
+                OBSERVER_KEY: choice.observer, CHOOSE_AT_KEY: choice.choose_at, GUARD_KEY: json.dumps(choice.high_priority_guard)}
 
     def evaluate(model: Any, steps: int, logger: Any) -> float:
         def learned(env: Any, observation: np.ndarray) -> int:
             action, _ = model.predict(observation, deterministic=True, action_masks=env.action_masks())
             return int(action)
 
-        earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress, choice.observer, choice.choose_at)
+        earned = validate(specs, seeds, learned, f"validation at {steps} steps", progress, choice.observer, choice.choose_at,
+                          choice.high_priority_guard)
         if record["warm_start"] is None:
             record["warm_start"] = earned.tolist()  # step 0: the warm start, the library planner itself (up to ties)
         scores = choice_scores(model, choices) if choices is not None else {}
