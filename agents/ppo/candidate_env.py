@@ -127,6 +127,12 @@ def planner_keeps(observer: CandidateObserver | DaemonObserver) -> bool:
     return observer.configuration(observer.planner_choice()) == observer.env.current
 
 
+#: How far below the planner's choice a slot's ``gain_high`` (in the observation's units: the
+#: node's requests over the daemon planner's lookahead) may fall under the high-priority guard:
+#: float rounding only.
+HIGH_PRIORITY_GUARD_TOLERANCE = 1e-9
+
+
 def choice_masks(observer: CandidateObserver | DaemonObserver, offered: int) -> np.ndarray:
     """The slots ``observer``'s policy may choose: the ``offered`` ones, or, where it chooses
     only at the planner's moves (:data:`CHOOSE_AT`) and the planner keeps, the planner's alone.
@@ -143,10 +149,6 @@ def choice_masks(observer: CandidateObserver | DaemonObserver, offered: int) -> 
     return masks
 
 
-#: How far below the planner's choice a slot's ``gain_high`` (in the observation's units: the
-#: node's requests over the daemon planner's lookahead) may fall under the high-priority guard:
-#: float rounding only.
-HIGH_PRIORITY_GUARD_TOLERANCE = 1e-9
 #: Intervals after which "since the last change" reads 1.
 SINCE_CHANGE_SCALE = 30.0
 #: Every feature is clipped to [-FEATURE_LIMIT, FEATURE_LIMIT].
@@ -513,8 +515,6 @@ class CandidateChoiceEnv(gym.Env[np.ndarray, np.int64]):
                  high_priority_guard: bool = False) -> None:
         if observer not in OBSERVERS:
             raise ValueError(f"observer {observer!r}: expected one of {OBSERVERS}")
-        if high_priority_guard and observer not in DAEMON_OBSERVERS:
-            raise ValueError(f"the high-priority guard needs a daemon observer ({', '.join(DAEMON_OBSERVERS)}), not {observer!r}")
         if choose_at not in CHOOSE_AT:
             raise ValueError(f"choose_at {choose_at!r}: expected one of {CHOOSE_AT}")
         if action_advantages and paired_horizon <= 0:
