@@ -258,13 +258,18 @@ def test_branches_follow_the_policy_as_it_stood_at_each_rollout_s_start(tmp_path
         venv.close()
 
 
-def test_a_file_naming_an_unknown_observer_is_refused(tmp_path, run):
+@pytest.mark.parametrize("key, value, match", [
+    ("observer", "oracle", "observer"),
+    # the guard reads the daemon objective's per-tenant gains, which the plain observer does not weigh
+    ("high_priority_guard", "true", "high_priority_guard.*true only with observer daemon"),
+])
+def test_a_plain_file_relabelled_beyond_what_it_can_run_is_refused(tmp_path, run, key, value, match):
     import onnx
 
     relabelled = onnx.load(str(run / "policy.onnx"))
-    relabelled.metadata_props.add(key="observer", value="oracle")
+    relabelled.metadata_props.add(key=key, value=value)
     onnx.save(relabelled, str(tmp_path / "odd.onnx"))
-    with pytest.raises(ConfigError, match="observer"):
+    with pytest.raises(ConfigError, match=match):
         make_policy(f"candidate-ppo:{tmp_path / 'odd.onnx'}")
 
 
@@ -363,19 +368,6 @@ def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, fiel
         load_candidate_config(path)
     assert field in str(error.value)
     assert "bad.yaml" in str(error.value) or field == "no-such-scenario"
-
-
-def test_a_plain_observer_file_cannot_ask_for_the_high_priority_guard(tmp_path, run):
-    """The guard reads the daemon objective's per-tenant gains, which the plain observer does not weigh."""
-    import onnx
-
-    from rlsched.agents.candidate_ppo import CandidatePpo
-
-    stamped = onnx.load(str(run / "policy.onnx"))
-    stamped.metadata_props.add(key="high_priority_guard", value="true")
-    onnx.save(stamped, str(tmp_path / "stamped.onnx"))
-    with pytest.raises(ConfigError, match="high_priority_guard.*true only with observer daemon"):
-        CandidatePpo(f"candidate-ppo:{tmp_path / 'stamped.onnx'}")
 
 
 @pytest.mark.parametrize("scenario", [TINY, TWO_GPUS])
