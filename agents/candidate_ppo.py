@@ -16,7 +16,9 @@ a node already running is that planner's MILP). A file whose ``choose_at`` metad
 ``planner-moves`` chooses only where the observer's planner moves; where it keeps, so does
 the file. A daemon-observer file whose ``high_priority_guard`` metadata is ``true`` chooses
 only among the slots the daemon objective rates as good for the high-priority tenants as the
-planner's choice.
+planner's choice. A file whose ``min_departure_probability`` metadata is p > 0 departs
+from the planner's slot only where its network gives its own slot a probability of at least
+p; elsewhere the planner takes over (``report["planner_takeovers"]``).
 
 No simulation and no MILP solve runs on the decision path: a load the library has no solution
 for asks the planner for one, which joins the library at a later decision. In ``rlsched
@@ -31,6 +33,7 @@ Spec: ``candidate-ppo`` (the shipped file, :data:`SHIPPED_CANDIDATE_POLICY`) or
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +57,10 @@ CHOOSE_AT_KEY = "choose_at"
 #: Metadata key of whether a daemon-observer file chooses under the high-priority guard
 #: (:class:`~rlsched.agents.ppo.candidate_env.DaemonObserver`; JSON ``true``/``false``, none: ``false``).
 GUARD_KEY = "high_priority_guard"
+#: Metadata key of the least probability the file's network must give its slot to depart from the
+#: observer's planner (a number in [0, 1); none: 0, the network's best slot always applied).
+#: Below it the planner's slot is applied: the planner takes over where the network is unsure.
+MIN_DEPARTURE_KEY = "min_departure_probability"
 #: The shipped candidate-choice policy (``candidate-ppo`` alone; its model card is the README beside it).
 SHIPPED_CANDIDATE_POLICY = Path(__file__).parent / "policies" / "candidate" / "policy.onnx"
 
@@ -94,11 +101,17 @@ class CandidatePpo(Policy):
         if guard not in ("true", "false") or (guard == "true" and self.observer_kind not in DAEMON_OBSERVERS):
             raise ConfigError(self.path, GUARD_KEY, guard, f"expected true or false (true only with observer {' or '.join(DAEMON_OBSERVERS)})")
         self.high_priority_guard = guard == "true"
+        try:
+            self.min_departure_probability = float(json.loads(meta.get(MIN_DEPARTURE_KEY, "0")))
+        except (ValueError, TypeError):
+            self.min_departure_probability = math.nan
+        if not 0.0 <= self.min_departure_probability < 1.0:
+            raise ConfigError(self.path, MIN_DEPARTURE_KEY, meta.get(MIN_DEPARTURE_KEY), "expected a number in [0, 1)")
 
     def reset(self, env: GpuShareEnv) -> None:
         self.observer = make_observer(self.observer_kind, env, background_solves=self.background_solves, choose_at=self.choose_at,
                                      high_priority_guard=self.high_priority_guard)
-        self.report = {"planner_disagreements": 0, "library_solves": self.observer.library.solves,
+        self.report = {"planner_disagreements": 0, "planner_takeovers": 0, "library_solves": self.observer.library.solves,
                        "library_solve_ms": self.observer.library.solve_ms, "ppo_steps": self.num_timesteps}
 
     @property
@@ -117,8 +130,15 @@ class CandidatePpo(Policy):
             return self.observer.first_configuration()
         observed = self.observer.observe()
         mask = self.observer.action_masks()[None, :]
-        slot = int(self.session.run(["action"], {"observation": observed[None, :], "action_mask": mask})[0][0])
-        self.report["planner_disagreements"] += slot != self.observer.planner_choice()
+        action, scores = self.session.run(["action", "scores"], {"observation": observed[None, :], "action_mask": mask})
+        slot, planner = int(action[0]), self.observer.planner_choice()
+        if slot != planner and self.min_departure_probability > 0.0:
+            logits = np.where(mask[0], scores[0].astype(float), -np.inf)
+            probability = 1.0 / np.exp(logits - logits[slot]).sum()  # the slot's softmax probability among the open slots
+            if probability < self.min_departure_probability:
+                slot = planner
+                self.report["planner_takeovers"] += 1
+        self.report["planner_disagreements"] += slot != planner
         self.report["library_solves"] = self.observer.library.solves
         self.report["library_solve_ms"] = self.observer.library.solve_ms
         chosen = self.observer.configuration(slot)

@@ -291,6 +291,68 @@ def test_a_file_s_choose_at_sets_where_its_policy_chooses_and_an_unknown_one_is_
         make_policy(f"candidate-ppo:{tmp_path / 'sometimes.onnx'}")
 
 
+class _FavouringSession:
+    """Stands in for a file's network: scores one open slot other than the planner's
+    ``logit`` above the other open slots (all 0), so its softmax probability is known."""
+
+    def __init__(self, policy, logit: float) -> None:
+        self.policy, self.logit, self.favourite = policy, logit, None
+
+    def run(self, names, feeds):
+        mask = feeds["action_mask"][0]
+        planner = self.policy.observer.planner_choice()
+        others = [k for k in np.flatnonzero(mask) if k != planner]
+        scores = np.zeros((1, mask.size), dtype=np.float32)
+        self.favourite = int(others[0]) if others else planner
+        scores[0, self.favourite] = self.logit
+        return [np.array([self.favourite]), scores]
+
+
+@pytest.mark.parametrize("min_probability, departs", [(0.0, True), (0.8, True), (0.99, False)])
+def test_below_its_min_departure_probability_the_planner_takes_over(tmp_path, run, min_probability, departs):
+    """A slot other than the planner's, at softmax probability e^4 / (e^4 + open - 1) (0.83-0.99
+    with 2-12 open slots), is applied at or above the file's ``min_departure_probability``; below
+    it the planner's slot is applied and counted as a takeover."""
+    import onnx
+
+    stamped = onnx.load(str(run / "policy.onnx"))
+    stamped.metadata_props.add(key="min_departure_probability", value=str(min_probability))
+    onnx.save(stamped, str(tmp_path / "gated.onnx"))
+    policy = make_policy(f"candidate-ppo:{tmp_path / 'gated.onnx'}")
+    env = GpuShareEnv(TINY)
+    observation, _ = env.reset(seed=0)
+    policy.reset(env)
+    policy.session = session = _FavouringSession(policy, logit=4.0)
+    contested = 0
+    for _ in range(6):
+        current = env.current
+        decision = policy.act(observation, env)
+        if current is not None:
+            planner = policy.observer.planner_choice()
+            open_slots = int(policy.observer.action_masks().sum())
+            if session.favourite != planner:
+                contested += 1
+                probability = np.exp(4.0) / (np.exp(4.0) + open_slots - 1)
+                assert (probability >= min_probability) == departs
+                expected = session.favourite if departs else planner
+                assert decision == policy.observer.configuration(expected)
+        observation, *_ = apply(env, decision)
+    assert contested > 0
+    assert policy.report["planner_takeovers"] == (0 if departs else contested)
+    assert policy.report["planner_disagreements"] == (contested if departs else 0)
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "often"])
+def test_a_min_departure_probability_outside_zero_to_one_is_refused(tmp_path, run, value):
+    import onnx
+
+    stamped = onnx.load(str(run / "policy.onnx"))
+    stamped.metadata_props.add(key="min_departure_probability", value=value)
+    onnx.save(stamped, str(tmp_path / "odd.onnx"))
+    with pytest.raises(ConfigError, match=r"min_departure_probability.*\[0, 1\)"):
+        make_policy(f"candidate-ppo:{tmp_path / 'odd.onnx'}")
+
+
 def test_the_warm_start_is_the_library_planner_on_two_node_shapes(run):
     """Before any PPO update the network chooses what ``planner-library`` applies, on a
     one-GPU and a two-GPU node, from the same file."""
