@@ -139,7 +139,8 @@ def test_through_the_daemon_observer_the_warm_start_is_queue_slo_offered_on_two_
 
 def test_a_file_that_sees_each_slot_per_tenant_kind_starts_as_queue_slo_offered_and_names_its_width(tmp_path):
     """Trained through ``daemon-tenants`` under the high-priority guard (with branch_follow:
-    policy, over two rollouts), a file records that observer and the guard, reads the wider
+    policy, over two rollouts), a file records that observer, the guard and the config's
+    ``min_departure_probability``, reads the wider
     observation, and before any update chooses what ``queue-slo-offered`` applies (the guard
     never closes the planner's slot); a file whose metadata names an observer of another width
     is refused with both widths, and one whose guard is neither true nor false is refused too."""
@@ -151,15 +152,15 @@ def test_a_file_that_sees_each_slot_per_tenant_kind_starts_as_queue_slo_offered_
 
     choice = {"scenarios": [TINY, TWO_GPUS], "validation_seeds": [1_000_003], "prior_weight": 2.0, "paired_horizon": 3,
               "observer": "daemon-tenants", "choose_at": "planner-moves", "expected_ppo": True, "branch_follow": "policy",
-              "high_priority_guard": True}
+              "high_priority_guard": True, "min_departure_probability": 0.85}
     run = train_candidate_choice(write_config(tmp_path / "c.yaml", candidate_choice=choice, total_timesteps=8, n_envs=2, eval_freq=8,
                                               ppo={"n_steps": 2, "batch_size": 4, "n_epochs": 1}), tmp_path / "run")
     warm = run / "warm_start.onnx"
     model = onnx.load(str(warm))
     meta = {p.key: p.value for p in model.metadata_props}
-    assert (meta["observer"], meta["high_priority_guard"]) == ("daemon-tenants", "true")
+    assert (meta["observer"], meta["high_priority_guard"], meta["min_departure_probability"]) == ("daemon-tenants", "true", "0.85")
     loaded = CandidatePpo(f"candidate-ppo:{warm}")
-    assert loaded.observer_kind == "daemon-tenants" and loaded.high_priority_guard
+    assert loaded.observer_kind == "daemon-tenants" and loaded.high_priority_guard and loaded.min_departure_probability == 0.85
     assert model.graph.input[0].type.tensor_type.shape.dim[1].dim_value == CANDIDATES * len(OBSERVER_FEATURES["daemon-tenants"]) + len(GLOBAL_FEATURES)
     for scenario in (TINY, TWO_GPUS):
         learned = run_episode(GpuShareEnv(scenario), f"candidate-ppo:{warm}", seed=7)
@@ -419,6 +420,8 @@ def test_a_policy_file_of_another_kind_or_shape_is_refused(tmp_path, run):
      "candidate_choice.branch_follow"),  # the plain observer's state is not copied into a branch
     ({"candidate_choice": {"scenarios": [TINY], "paired_horizon": 3, "observer": "daemon", "branch_follow": "policy"}}, "candidate_choice.branch_follow"),
     ({"candidate_choice": {"scenarios": [TINY], "high_priority_guard": True}}, "candidate_choice.high_priority_guard"),
+    ({"candidate_choice": {"scenarios": [TINY], "min_departure_probability": 1.0}}, "candidate_choice.min_departure_probability"),
+    ({"candidate_choice": {"scenarios": [TINY], "min_departure_probability": "often"}}, "candidate_choice.min_departure_probability"),
     ({"ppo": {"n_steps": 4, "batch_size": 64}}, "ppo.batch_size"),
 ])
 def test_a_bad_training_config_names_the_file_and_field(tmp_path, override, field):

@@ -105,6 +105,11 @@ class CandidateChoiceConfig:
     as good for the high-priority tenants as the planner's choice
     (:class:`~rlsched.agents.ppo.candidate_env.DaemonObserver`), in training, validation and
     deployment alike (the file's ``high_priority_guard`` metadata)"""
+    min_departure_probability: float = 0.0
+    """in [0, 1): written into the file's ``min_departure_probability`` metadata, where
+    deployment lets the planner take over from a departure the network gives less softmax
+    probability than this (:class:`~rlsched.agents.candidate_ppo.CandidatePpo`); training and
+    its validation do not read it. 0: the network's choice always stands"""
     choice_validation_seeds: tuple[int, ...] = ()
     """seeds (each at or above :data:`TRAINING_SEED_RANGE`) of one warm-start episode per
     training scenario whose choices (the planner's moves) are recorded once, with every offered
@@ -179,6 +184,8 @@ def load_candidate_config(path: str | Path) -> CandidateTrainConfig:
     if choice.high_priority_guard and choice.observer not in DAEMON_OBSERVERS:
         raise ConfigError(path, "candidate_choice.high_priority_guard", choice.high_priority_guard,
                           f"needs observer {' or '.join(DAEMON_OBSERVERS)}, not {choice.observer}")
+    if not 0.0 <= choice.min_departure_probability < 1.0:
+        raise ConfigError(path, "candidate_choice.min_departure_probability", choice.min_departure_probability, "expected a number in [0, 1)")
     if choice.choose_at not in CHOOSE_AT:
         raise ConfigError(path, "candidate_choice.choose_at", choice.choose_at, f"expected one of {', '.join(CHOOSE_AT)}")
     if choice.choose_at != "every-decision" and choice.surrogate_episodes:
@@ -407,7 +414,7 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, CHOOSE_AT_KEY, GUARD_KEY, OBSERVER_KEY
+    from rlsched.agents.candidate_ppo import CANDIDATE_CHOICE_KIND, CHOOSE_AT_KEY, GUARD_KEY, MIN_DEPARTURE_KEY, OBSERVER_KEY
     from rlsched.agents.onnx_policy import KIND_KEY
     from rlsched.agents.ppo.candidate_env import DAEMON_OBSERVERS
     from rlsched.agents.ppo.candidate_policy import CANDIDATE_LAYOUTS
@@ -454,7 +461,8 @@ def train_candidate_choice(config_path: str | Path | None, out: str | Path, resu
                               choice.high_priority_guard)
                if choice.choice_validation_seeds else None)
     metadata = {KIND_KEY: CANDIDATE_CHOICE_KIND, CONFIG_KEY: json.dumps(config.to_dict()), "training_scenarios": json.dumps(list(specs)),
-                OBSERVER_KEY: choice.observer, CHOOSE_AT_KEY: choice.choose_at, GUARD_KEY: json.dumps(choice.high_priority_guard)}
+                OBSERVER_KEY: choice.observer, CHOOSE_AT_KEY: choice.choose_at, GUARD_KEY: json.dumps(choice.high_priority_guard),
+                MIN_DEPARTURE_KEY: json.dumps(choice.min_departure_probability)}
 
     def evaluate(model: Any, steps: int, logger: Any) -> float:
         def learned(env: Any, observation: np.ndarray) -> int:
