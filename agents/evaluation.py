@@ -14,6 +14,10 @@ per policy the metrics are means over episodes:
   running before
 - ``repair_rate``: fraction of steps whose decision the ILP had to change
 - ``decision_ms_p50`` / ``decision_ms_p99``: policy + repair wall time per step, ms
+- ``planner_milps`` / ``planner_milps_time_limited``: planner MILPs the policy solved over its
+  episodes, and how many of them stopped at the planner's wall-clock time limit. Where that
+  count is above 0, the policy's figures depend on this machine's speed and load (the table
+  says so)
 
 A policy that cannot run the scenario (a network made for another node shape) gets a row
 ``{"n/a": reason}`` and the evaluation goes on. With both ``hindsight`` and ``static-best``
@@ -42,11 +46,13 @@ from rlsched.decision import Configuration
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError
 from rlsched.simulator.perf import PerformanceModelLike
+from rlsched.solver.planner import PLANNER_SOLVER_OPTIONS, PLANNER_SOLVES
 from rlsched.workloads.scenario import Scenario
 
 METRICS = ("goodput", "goodput_vs_hindsight", "goodput_vs_static_best", "goodput_vs_static_best_rankings",
            "goodput_vs_static_best_slo", "slo_attainment", "slo_attainment_high", "latency_ms_p99",
-           "reconfigurations", "repair_rate", "decision_ms_p50", "decision_ms_p99", "goodput_per_episode")
+           "reconfigurations", "repair_rate", "decision_ms_p50", "decision_ms_p99", "planner_milps", "planner_milps_time_limited",
+           "goodput_per_episode")
 #: Policies that search the whole episode in hindsight, seeded with the other policies'
 #: trajectories: they run last, and are never the reference of the paired comparison.
 HINDSIGHT_POLICIES = ("hindsight",)
@@ -68,6 +74,8 @@ class Episode:
     on_time_high: int = 0
     decided_high: int = 0
     latency_ms_p99: float = math.nan
+    planner_milps: int = 0  # planner MILPs solved in the episode
+    planner_milps_time_limited: int = 0  # of them, stopped at the planner's time limit
     report: dict[str, Any] | None = None  # what a policy says about its episode (hindsight: which plan won)
     configurations: list[Configuration] = field(default_factory=list)  # applied, one per step
 
@@ -100,6 +108,7 @@ def run_episode(env: GpuShareEnv, policy_name: str, seed: int, progress: Any = N
     observation, _ = env.reset(seed=seed)
     policy.reset(env)
     episode = Episode(seed)
+    solves_before = PLANNER_SOLVES.snapshot()
     truncated = False
     while not truncated:
         started = time.perf_counter()
@@ -115,6 +124,9 @@ def run_episode(env: GpuShareEnv, policy_name: str, seed: int, progress: Any = N
         if progress is not None:
             progress.update(1)
     episode.goodput = env.objective
+    solves_after = PLANNER_SOLVES.snapshot()
+    episode.planner_milps = solves_after[0] - solves_before[0]
+    episode.planner_milps_time_limited = solves_after[1] - solves_before[1]
     episode.report = getattr(policy, "report", None)
     summary = env.backend.summary()
     p99s = []
@@ -152,6 +164,8 @@ def metrics(episodes: Sequence[Episode]) -> dict[str, float | None]:
         "repair_rate": sum(e.repaired for e in episodes) / steps if steps else None,
         "decision_ms_p50": float(np.percentile(decision, 50)),
         "decision_ms_p99": float(np.percentile(decision, 99)),
+        "planner_milps": sum(e.planner_milps for e in episodes),
+        "planner_milps_time_limited": sum(e.planner_milps_time_limited for e in episodes),
         "goodput_per_episode": [float(e.goodput) for e in episodes],
     }
 
@@ -258,7 +272,8 @@ def evaluate(
     table: dict[str, dict[str, Any]] = {}
     for name in policies:
         table[name] = metrics(runs[name]) if name in runs else {"n/a": unavailable[name]}
-    result: dict[str, Any] = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table}
+    result: dict[str, Any] = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table,
+                              "planner_time_limit_s": PLANNER_SOLVER_OPTIONS["time_limit"]}
     if family is None:
         result.update(scenario_identity(env.scenario), perf_model=perf_model if isinstance(perf_model, str) else type(perf_model).__name__,
                       priority_fill_scheduler=env.scenario.priority_fill_scheduler)
@@ -546,6 +561,10 @@ def format_table(result: dict[str, Any]) -> str:
         )
     if result.get("headroom") is not None:
         lines.append(f"\nheadroom (hindsight / static-best): {result['headroom']:.3f}")
+    for name, m in result["policies"].items():
+        if m.get("planner_milps_time_limited"):
+            lines.append(f"\n{name}: {m['planner_milps_time_limited']:,} of its {m['planner_milps']:,} planner MILPs stopped at their "
+                         f"{PLANNER_SOLVER_OPTIONS['time_limit']:g}-s wall-clock limit: its figures depend on this machine's speed and load")
     for name, reports in result.get("reports", {}).items():
         if reports and all(r and "planner_steps" in r for r in reports):
             share = sum(r["planner_steps"] for r in reports) / max(1, sum(r["steps"] for r in reports))

@@ -300,3 +300,36 @@ def test_rerun_policies_replaces_a_changed_policys_rows_and_trajectories(tmp_pat
     capsys.readouterr()
     assert main(["eval", "--replay", str(new)]) == 0
     assert "4 of 4 episodes reproduce" in capsys.readouterr().out
+
+
+def test_eval_counts_the_planner_milps_stopped_at_their_time_limit(tmp_path, capsys, monkeypatch):
+    # The planner's time limit is wall-clock: where it binds, the figures depend on the machine.
+    # Each row counts its planner MILPs and those stopped at the limit; the table names the
+    # policies with any. A policy without a planner solves none.
+    import rlsched.solver.planner as planner_module
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--scenario", TINY, "--policies", "migrator-ilp,static-equal", "--json", str(out), "--no-progress"]) == 0
+    rows = json.loads(out.read_text())["policies"]
+    assert rows["migrator-ilp"]["planner_milps"] > 0 and rows["migrator-ilp"]["planner_milps_time_limited"] == 0
+    assert rows["static-equal"]["planner_milps"] == 0
+    assert "wall-clock limit" not in capsys.readouterr().out
+
+    monkeypatch.setitem(planner_module.PLANNER_SOLVER_OPTIONS, "time_limit", 0.0)
+    assert main(["eval", "--scenario", TINY, "--policies", "migrator-ilp", "--json", str(out), "--no-progress"]) == 0
+    row = json.loads(out.read_text())["policies"]["migrator-ilp"]
+    assert row["planner_milps"] > 0 and row["planner_milps_time_limited"] == row["planner_milps"]
+    assert f"migrator-ilp: {row['planner_milps']:,} of its {row['planner_milps']:,} planner MILPs stopped at their 0-s wall-clock limit" in capsys.readouterr().out
+
+
+def test_eval_planner_time_limit_is_recorded_and_checked(tmp_path, capsys, monkeypatch):
+    import rlsched.solver.planner as planner_module
+
+    # The flag sets the limit process-wide; restored after the test.
+    monkeypatch.setitem(planner_module.PLANNER_SOLVER_OPTIONS, "time_limit", planner_module.PLANNER_SOLVER_OPTIONS["time_limit"])
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--scenario", TINY, "--policies", "migrator-ilp", "--planner-time-limit", "60", "--json", str(out), "--no-progress"]) == 0
+    assert json.loads(out.read_text())["planner_time_limit_s"] == 60.0
+    for bad in ("0", "-1", "nan", "inf"):
+        assert main(["eval", "--scenario", TINY, "--policies", "migrator-ilp", "--planner-time-limit", bad, "--no-progress"]) == 2
+        assert f"--planner-time-limit: {float(bad):g} is not a positive number of seconds" in capsys.readouterr().err

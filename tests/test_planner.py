@@ -1513,14 +1513,19 @@ def test_a_solve_stopped_at_its_time_limit_keeps_at_least_the_running_configurat
     reference = default_env.scenario.reference
     windows = [RATES[1]] * 3
     monkeypatch.setitem(planner_module.PLANNER_SOLVER_OPTIONS, "time_limit", 0.0)
+    solved_before, limited_before = planner_module.PLANNER_SOLVES.snapshot()
     stopped = planner.plan(windows, reference)
     value, cost, hurdle = planner.assess(reference, windows, reference)
     assert stopped.status == "kTimeLimit"
+    # counted as a solve stopped at the limit (what rlsched eval reports)
+    solved_after, limited_after = planner_module.PLANNER_SOLVES.snapshot()
+    assert solved_after > solved_before and limited_after - limited_before == solved_after - solved_before
     assert stopped.objective - stopped.hurdle >= value - cost - hurdle - 1e-6
     assert stopped.configuration.layouts == reference.layouts
     monkeypatch.setitem(planner_module.PLANNER_SOLVER_OPTIONS, "time_limit", 5.0)
     solved = planner.plan(windows, reference)
     assert solved.status == "kOptimal" and solved.objective - solved.hurdle > value - cost - hurdle
+    assert planner_module.PLANNER_SOLVES.snapshot()[1] == limited_after
 
 
 def test_a_node_of_several_gpus_starts_from_a_balanced_split(default_env, planner, monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 
@@ -150,6 +151,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rlsched.agents.evaluation import evaluate, evaluate_suite, format_suite, format_table, plot, policy_names, replay, write_json
     from rlsched.workloads.scenario import without_priority_fill_scheduler
 
+    if args.planner_time_limit is not None:
+        import rlsched.solver.planner as planner_module
+
+        if not math.isfinite(args.planner_time_limit) or args.planner_time_limit <= 0.0:
+            raise RlschedError(f"--planner-time-limit: {args.planner_time_limit:g} is not a positive number of seconds")
+        # Process-wide: every planner this evaluation builds (the policies', static-best's, hindsight's) solves under it.
+        planner_module.PLANNER_SOLVER_OPTIONS["time_limit"] = args.planner_time_limit
     if (args.rerun_hindsight or args.add_policies or args.rerun_policies) and (args.replay is None or args.json is None):
         raise RlschedError("--rerun-hindsight, --add-policies and --rerun-policies need --replay EVAL.json (the result) "
                            "and --json OUT (the updated result)")
@@ -318,6 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "time-slice, planners plan MPS only, and static-best and hindsight are that node's (recorded in the JSON)")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="write the layout timeline and Goodput plot")
     p.add_argument("--plot-dir", default=None, metavar="DIR", help="write one plot per scenario, DIR/<scenario>.png")
+    p.add_argument("--planner-time-limit", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock limit of each planner MILP (default 5, as the daemon runs it). The limit binds on some "
+                   "two-GPU solves, and then figures depend on this machine's speed and load (each row counts them); a larger "
+                   "limit makes them reproducible at the cost of evaluation time")
     p.add_argument("--perf-model", choices=["calibrated", "toy"], default="calibrated")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)

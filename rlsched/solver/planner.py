@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 import time
 from statistics import NormalDist
 from collections.abc import Callable, Mapping, Sequence
@@ -108,6 +109,40 @@ BATCH_VALUE_TIE = 1e-9
 #: optimal in 0.7 s (docs/results/highs-rens-hang.mps.gz, tests/test_planner_highs.py).
 PLANNER_SOLVER_OPTIONS: dict[str, object] = {"presolve": "on", "mip_rel_gap": 1e-4, "time_limit": 5.0,
                                              "mip_heuristic_run_rens": False}
+
+
+class PlannerSolveCounter:
+    """How many planner MILPs this process has solved, and how many of them HiGHS stopped at
+    :data:`PLANNER_SOLVER_OPTIONS`' time limit before it proved an answer optimal.
+
+    Why count them: the limit is wall-clock time, so wherever it binds, a planner's answers
+    depend on the machine's speed and load. On heldout-retrain (two GPUs) `migrator-queue-slo`'s
+    cross-GPU MILPs take 2-6 s on one core; a few a run stop at the 5-s limit even with a core
+    to themselves, with answers worth far less than the optimum (-15,934 against -20,695), and
+    the same episode earned 2.63M in one run and 2.90M in another (docs/planner-bursts.md,
+    stop 95). ``rlsched eval`` reads the counter around every episode and reports the count.
+    Library solves run on a worker thread in the daemon, hence the lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.solved = 0
+        self.time_limited = 0
+
+    def record(self, time_limited: bool) -> None:
+        """Count one solve, and whether it stopped at the time limit."""
+        with self._lock:
+            self.solved += 1
+            self.time_limited += bool(time_limited)
+
+    def snapshot(self) -> tuple[int, int]:
+        """(solves, solves stopped at the time limit) so far."""
+        with self._lock:
+            return self.solved, self.time_limited
+
+
+#: This process's planner MILP solves (:class:`PlannerSolveCounter`).
+PLANNER_SOLVES = PlannerSolveCounter()
 
 #: Fraction of the largest batch's throughput below it at which predicted on-time service
 #: starts to fall (linearly to 0 at full load): Poisson bursts within an interval. Measured
@@ -1901,9 +1936,12 @@ class Planner:
         try:
             solution = milp.solve(PLANNER_SOLVER_OPTIONS)
         except SolverError:
+            PLANNER_SOLVES.record(time_limited=True)
             if kept is None:
                 raise
             solution = None  # the time limit, before any solution
+        else:
+            PLANNER_SOLVES.record(time_limited=solution.status == "kTimeLimit")
         kept_worth = sum(o.value - o.reconfiguration - o.hurdle for o in kept.values()) if kept is not None else -math.inf
         if solution is None or (not solution.optimal and kept_worth > -solution.objective):  # objective: minus the worth
             placements = {name: TenantPlacement(o.gpu, start.placements[name].instance_index, o.mps_pct, o.batch) for name, o in kept.items()}
