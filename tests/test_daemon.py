@@ -85,6 +85,9 @@ def test_metrics_endpoint_is_scraped_while_serving(tmp_path):
     assert {s.labels["tenant"] for s in families["rlsched_tenant_slo_attainment_ratio"].samples} == {"resnet", "bert"}
     assert {s.labels["tenant"] for s in families["rlsched_tenant_latency_p99_ms"].samples} == {"resnet", "bert"}
     assert "rlsched_repair_duration_ms" in families and "rlsched_daemon_fallbacks" in families
+    # migrator-ilp solved a planner MILP each cycle, none stopped at the time limit
+    milps = {s.labels["outcome"]: s.value for s in families["rlsched_planner_milps"].samples if s.name.endswith("_total")}
+    assert milps["solved"] >= 3 and milps["time_limited"] == 0
     # The port is released when serve ends.
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{daemon.exporter.port}/metrics", timeout=2)
@@ -574,3 +577,30 @@ def test_unsure_steps_are_decided_by_the_planner_and_are_no_fallbacks(tmp_path, 
     # The suffix keeps policy_path: a missing file is an error, not the shipped policy.
     with pytest.raises(ConfigError, match="no such"):
         Daemon(tiny_config(tmp_path, scenario="default", policy="ppo@0.5", policy_path=str(tmp_path / "missing.onnx")))
+
+
+def test_planner_milps_stopped_at_their_time_limit_are_counted_in_tensorboard_and_prometheus(tmp_path, monkeypatch):
+    # On a node whose CPUs are busy, the planner's wall-clock limit cuts solves short: the
+    # daemon counts them from its own start (TensorBoard: cumulative; Prometheus: a counter by outcome).
+    import rlsched.solver.planner as planner_module
+
+    scraped: list[str] = []
+
+    def scrape(daemon: Daemon) -> None:
+        if daemon.cycle == 3:
+            with urllib.request.urlopen(f"http://127.0.0.1:{daemon.exporter.port}/metrics", timeout=5) as response:
+                scraped.append(response.read().decode())
+
+    monkeypatch.setitem(planner_module.PLANNER_SOLVER_OPTIONS, "time_limit", 0.0)
+    daemon = Daemon(tiny_config(tmp_path, cycles=3, logdir=str(tmp_path / "tb"), metrics_addr="127.0.0.1:0"), on_cycle=scrape)
+    assert daemon.run() == 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    solved = [e.value for e in acc.Scalars("daemon/planner_milps")]
+    limited = [e.value for e in acc.Scalars("daemon/planner_milps_time_limited")]
+    assert len(solved) == 3 and solved == sorted(solved) and solved[0] >= 1 and limited == solved
+    families = {f.name: f for f in text_string_to_metric_families(scraped[0])}
+    milps = {s.labels["outcome"]: s.value for s in families["rlsched_planner_milps"].samples if s.name.endswith("_total")}
+    assert milps == {"time_limited": solved[-1], "solved": 0.0}

@@ -34,6 +34,7 @@ from rlsched.envs.backends import performance_model, resolve_scenario
 from rlsched.envs.gpushare import GpuShareEnv
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.hardware import load_gpu
+from rlsched.solver.planner import PLANNER_SOLVES
 from rlsched.workloads.scenario import without_priority_fill_scheduler
 
 LOG = logging.getLogger("rlsched.daemon")
@@ -83,6 +84,8 @@ class Daemon:
             self.scenario = without_priority_fill_scheduler(self.scenario)
         self.stop_requested = False
         self.fallbacks = 0
+        #: The process's planner MILP counts when the daemon started (it reports its own).
+        self._planner_milps_start = PLANNER_SOLVES.snapshot()
         self.cycle = 0
         self.gi_operations = 0
         self.exporter: PrometheusExporter | None = None
@@ -185,7 +188,8 @@ class Daemon:
         steps_per_s = (len(times) - 1) / max(times[-1] - times[0], 1e-9)
         # The planner decided: the fallback, or the planner a PPO policy hands its unsure steps to.
         planner_decided = verdict.reason is not None or verdict.policy != self.guard.policy.name
-        metrics = cycle_metrics(info, env.last_step, steps_per_s, self.fallbacks, planner_decided, env.last_repair_ms)
+        planner_milps = tuple(now - start for now, start in zip(PLANNER_SOLVES.snapshot(), self._planner_milps_start, strict=True))
+        metrics = cycle_metrics(info, env.last_step, steps_per_s, self.fallbacks, planner_decided, env.last_repair_ms, planner_milps)
         log_event(logging.DEBUG, "cycle", cycle=self.cycle, policy=verdict.policy, fallback=verdict.reason, reward=round(float(reward), 3),
                   layout=list(info["layout"]), gi_operations=ops, repair_ms=round(env.last_repair_ms, 3),
                   check_gain=getattr(self.guard.policy, "last_check_gain", None))

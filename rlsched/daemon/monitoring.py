@@ -24,7 +24,7 @@ from rlsched.simulator.node import StepResult
 
 
 def cycle_metrics(info: Mapping[str, Any], step: StepResult | None, steps_per_s: float, fallbacks: int, planner_decided: bool = False,
-                  repair_ms: float | None = None) -> dict[str, float]:
+                  repair_ms: float | None = None, planner_milps: tuple[int, int] | None = None) -> dict[str, float]:
     """Scalar metrics of one decision cycle, from the environment's ``info`` and step result.
 
     :param info: the env's step ``info`` (Goodput terms, repair and reconfiguration facts)
@@ -34,11 +34,16 @@ def cycle_metrics(info: Mapping[str, Any], step: StepResult | None, steps_per_s:
     :param planner_decided: whether the planner took this cycle's decision (a fallback, or a
         step the PPO policy was unsure of); its running mean is the planner's share
     :param repair_ms: the cycle's repair wall time, ms (``env.last_repair_ms``; not in ``info``)
+    :param planner_milps: (planner MILPs solved, of them stopped at their wall-clock time limit)
+        since the daemon started (:data:`~rlsched.solver.planner.PLANNER_SOLVES`): on a node
+        whose CPUs are busy, solves cut short plan worse
     """
     out = step_metrics(info, repair_ms)
     out[STEPS_PER_S] = float(steps_per_s)
     out["daemon/fallbacks"] = float(fallbacks)
     out["daemon/planner_decided"] = float(planner_decided)
+    if planner_milps is not None:
+        out["daemon/planner_milps"], out["daemon/planner_milps_time_limited"] = map(float, planner_milps)
     if step is not None:
         out["reconfig/gpu_seconds"] = float(sum(step.gpu_reconfiguration_s))
         for name, st in step.tenants.items():
@@ -116,6 +121,9 @@ class PrometheusExporter:
         self.decisions = Counter("rlsched_daemon_decisions", "Decision cycles by the policy that decided (the planner: fallbacks and unsure steps)", ["policy"], registry=registry)
         self.gi_operations = Counter("rlsched_gi_operations", "GPU/compute-instance create and destroy operations issued", registry=registry)
         self.reconfigurations = Counter("rlsched_reconfigurations", "Cycles whose configuration differs from the one before", registry=registry)
+        self.planner_milps = Counter("rlsched_planner_milps", "Planner MILPs solved, by outcome (time_limited: stopped at the wall-clock limit)",
+                                     ["outcome"], registry=registry)
+        self._planner_milps_seen = (0.0, 0.0)
         self.repair_ms = Gauge("rlsched_repair_duration_ms", "Policy output repair (ILP) time of the last cycle, milliseconds", registry=registry)
         self.steps_per_s = Gauge("rlsched_daemon_cycles_per_second", "Decision cycles per wall second, recent average", registry=registry)
         self.goodput = Gauge("rlsched_goodput", "Goodput terms of the last interval (request equivalents)", ["term"], registry=registry)
@@ -143,6 +151,12 @@ class PrometheusExporter:
         if reconfigured:
             self.reconfigurations.inc()
         self.repair_ms.set(metrics.get("repair/ms_mean", 0.0))
+        if "daemon/planner_milps" in metrics:
+            solved, limited = metrics["daemon/planner_milps"], metrics["daemon/planner_milps_time_limited"]
+            seen_solved, seen_limited = self._planner_milps_seen
+            self.planner_milps.labels(outcome="time_limited").inc(limited - seen_limited)
+            self.planner_milps.labels(outcome="solved").inc(solved - limited - (seen_solved - seen_limited))
+            self._planner_milps_seen = (solved, limited)
         self.steps_per_s.set(metrics.get("perf/steps_per_s", 0.0))
         for name, value in metrics.items():
             if name.startswith("goodput/") and name.count("/") == 1:
