@@ -15,9 +15,9 @@ per policy the metrics are means over episodes:
 - ``repair_rate``: fraction of steps whose decision the ILP had to change
 - ``decision_ms_p50`` / ``decision_ms_p99``: policy + repair wall time per step, ms
 - ``planner_milps`` / ``planner_milps_time_limited``: planner MILPs the policy solved over its
-  episodes, and how many of them stopped at the planner's wall-clock time limit. Where that
-  count is above 0, the policy's figures depend on this machine's speed and load (the table
-  says so)
+  episodes, and how many of them stopped at the planner's wall-clock time limit
+  (``planner_time_limit_s``, s). Where that count is above 0, the policy's figures depend on
+  this machine's speed and load (the table says so)
 
 A policy that cannot run the scenario (a network made for another node shape) gets a row
 ``{"n/a": reason}`` and the evaluation goes on. With both ``hindsight`` and ``static-best``
@@ -52,7 +52,7 @@ from rlsched.workloads.scenario import Scenario
 METRICS = ("goodput", "goodput_vs_hindsight", "goodput_vs_static_best", "goodput_vs_static_best_rankings",
            "goodput_vs_static_best_slo", "slo_attainment", "slo_attainment_high", "latency_ms_p99",
            "reconfigurations", "repair_rate", "decision_ms_p50", "decision_ms_p99", "planner_milps", "planner_milps_time_limited",
-           "goodput_per_episode")
+           "planner_time_limit_s", "goodput_per_episode")
 #: Policies that search the whole episode in hindsight, seeded with the other policies'
 #: trajectories: they run last, and are never the reference of the paired comparison.
 HINDSIGHT_POLICIES = ("hindsight",)
@@ -166,6 +166,7 @@ def metrics(episodes: Sequence[Episode]) -> dict[str, float | None]:
         "decision_ms_p99": float(np.percentile(decision, 99)),
         "planner_milps": sum(e.planner_milps for e in episodes),
         "planner_milps_time_limited": sum(e.planner_milps_time_limited for e in episodes),
+        "planner_time_limit_s": float(PLANNER_SOLVER_OPTIONS["time_limit"]),
         "goodput_per_episode": [float(e.goodput) for e in episodes],
     }
 
@@ -272,8 +273,7 @@ def evaluate(
     table: dict[str, dict[str, Any]] = {}
     for name in policies:
         table[name] = metrics(runs[name]) if name in runs else {"n/a": unavailable[name]}
-    result: dict[str, Any] = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table,
-                              "planner_time_limit_s": PLANNER_SOLVER_OPTIONS["time_limit"]}
+    result: dict[str, Any] = {"scenario": scenario_name, "seed": seed, "episodes": episodes, "policies": table}
     if family is None:
         result.update(scenario_identity(env.scenario), perf_model=perf_model if isinstance(perf_model, str) else type(perf_model).__name__,
                       priority_fill_scheduler=env.scenario.priority_fill_scheduler)
@@ -564,7 +564,7 @@ def format_table(result: dict[str, Any]) -> str:
     for name, m in result["policies"].items():
         if m.get("planner_milps_time_limited"):
             lines.append(f"\n{name}: {m['planner_milps_time_limited']:,} of its {m['planner_milps']:,} planner MILPs stopped at their "
-                         f"{PLANNER_SOLVER_OPTIONS['time_limit']:g}-s wall-clock limit: its figures depend on this machine's speed and load")
+                         f"{m['planner_time_limit_s']:g}-s wall-clock limit: its figures depend on this machine's speed and load")
     for name, reports in result.get("reports", {}).items():
         if reports and all(r and "planner_steps" in r for r in reports):
             share = sum(r["planner_steps"] for r in reports) / max(1, sum(r["steps"] for r in reports))

@@ -329,7 +329,7 @@ def test_eval_planner_time_limit_is_recorded_and_checked(tmp_path, capsys, monke
     monkeypatch.setitem(planner_module.PLANNER_SOLVER_OPTIONS, "time_limit", planner_module.PLANNER_SOLVER_OPTIONS["time_limit"])
     out = tmp_path / "eval.json"
     assert main(["eval", "--scenario", TINY, "--policies", "migrator-ilp", "--planner-time-limit", "60", "--json", str(out), "--no-progress"]) == 0
-    assert json.loads(out.read_text())["planner_time_limit_s"] == 60.0
+    assert json.loads(out.read_text())["policies"]["migrator-ilp"]["planner_time_limit_s"] == 60.0
     for bad in ("0", "-1", "nan", "inf"):
         assert main(["eval", "--scenario", TINY, "--policies", "migrator-ilp", "--planner-time-limit", bad, "--no-progress"]) == 2
         assert f"--planner-time-limit: {float(bad):g} is not a positive number of seconds" in capsys.readouterr().err
